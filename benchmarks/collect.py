@@ -1,0 +1,69 @@
+"""Collection throughput against the raw dm_control step rate, measured in one run.
+
+    python benchmarks/collect.py [--domains cheetah walker quadruped] [--episodes 3]
+
+Prints, per domain: raw `dm_control.suite` steps/s with uniform random actions,
+random-agent collection transitions/s (episodes written to disk, ExORL format) and
+RND cpu-preset transitions/s after its random seed phase. Targets: random >= 80% of
+raw; RND (cpu) >= 500 transitions/s on cheetah.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+
+import numpy as np
+from absl import logging as absl_logging
+from dm_control import suite
+
+from rbfm.envs import get_domain
+from rbfm.exploration import CollectConfig, collect, rnd_config
+
+
+def raw_rate(domain: str, task: str, episodes: int) -> float:
+    env = suite.load(domain, task, task_kwargs={"random": 0})
+    spec = env.action_spec()
+    rng = np.random.default_rng(0)
+    steps, start = 0, time.perf_counter()
+    for _ in range(episodes):
+        ts = env.reset()
+        actions = rng.uniform(spec.minimum, spec.maximum, (1000, *spec.shape))
+        while not ts.last():
+            ts = env.step(actions[steps % 1000])
+            steps += 1
+    return steps / (time.perf_counter() - start)
+
+
+def collect_rate(domain: str, agent: str, episodes: int, warmup: int, out: str) -> float:
+    """Transitions/s of `episodes` episodes collected after `warmup` episodes."""
+    length = get_domain(domain).episode_length
+    if warmup:
+        collect(CollectConfig(domain, agent, warmup * length, out), progress=False)
+    start = time.perf_counter()
+    collect(CollectConfig(domain, agent, (warmup + episodes) * length, out), progress=False)
+    return episodes * length / (time.perf_counter() - start)
+
+
+def main() -> None:
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--domains", nargs="+", default=["cheetah", "walker", "quadruped"])
+    parser.add_argument("--episodes", type=int, default=3)
+    args = parser.parse_args()
+    seed_episodes = rnd_config("cpu").num_seed_frames // 1000
+    print(f"{'domain':<10} {'raw env/s':>10} {'random tr/s':>12} {'ratio':>6} {'rnd cpu tr/s':>13}")
+    for domain in args.domains:
+        task = {"walker": "walk", "quadruped": "walk", "cheetah": "run"}[domain]
+        with tempfile.TemporaryDirectory() as out:
+            raw = raw_rate(domain, task, args.episodes)
+            rand = collect_rate(domain, "random", args.episodes, 0, out)
+            rnd = collect_rate(domain, "rnd", 2, seed_episodes, out)
+        print(
+            f"{domain:<10} {raw:>10.0f} {rand:>12.0f} {rand / raw:>6.0%} {rnd:>13.0f}", flush=True
+        )
+
+
+if __name__ == "__main__":
+    main()

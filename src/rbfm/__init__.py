@@ -1,0 +1,9 @@
+"""rbfm: robust offline imitation with forward-backward Behavior Foundation Models."""
+
+import os
+
+# dm_control picks an OpenGL backend at import time and warns when there is no display.
+# rbfm never renders by default; users who want pixels set MUJOCO_GL themselves.
+os.environ.setdefault("MUJOCO_GL", "disable")
+
+__version__ = "0.1.0"

@@ -1,0 +1,125 @@
+"""Reading and writing episodes in the ExORL layout.
+
+On disk: `<root>/<domain>/<algo>/buffer/<timestamp>_<index>_<length>.npz`, one
+compressed archive per episode with keys observation, action, reward, discount
+and physics, each with T+1 rows; row 0 is the reset (zero action, reward 0,
+discount 1) and row t holds the action taken at step t, the reward and discount
+it returned, and the observation and physics state after it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import os
+import re
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from rbfm.envs import DomainSpec
+from rbfm.errors import DatasetError
+
+KEYS = ("observation", "action", "reward", "discount", "physics")
+DTYPES = {
+    "observation": np.float32,
+    "action": np.float32,
+    "reward": np.float32,
+    "discount": np.float32,
+    "physics": np.float64,
+}
+TMP_SUFFIX = ".part"  # written first, renamed when complete: never read as an episode
+_NAME = re.compile(r"^(?P<stamp>[^_]+)_(?P<index>\d+)_(?P<length>\d+)\.npz$")
+
+Episode = dict[str, np.ndarray]
+
+
+def buffer_dir(root: str | os.PathLike[str], domain: str, algo: str) -> Path:
+    return Path(root) / domain / algo / "buffer"
+
+
+def episode_name(index: int, length: int, when: dt.datetime | None = None) -> str:
+    """ExORL's name `<timestamp>_<index>_<length>.npz`."""
+    stamp = (when or dt.datetime.now()).strftime("%Y%m%dT%H%M%S")
+    return f"{stamp}_{index}_{length}.npz"
+
+
+def parse_name(name: str) -> tuple[int, int] | None:
+    """(index, length) from an ExORL episode name, or None if it does not follow the pattern."""
+    m = _NAME.match(name)
+    return (int(m["index"]), int(m["length"])) if m else None
+
+
+def episode_files(directory: Path) -> list[Path]:
+    """The complete episode files of a buffer directory, in file-name order."""
+    return sorted(p for p in directory.glob("*.npz") if p.is_file())
+
+
+def write_episode(directory: Path, index: int, episode: Mapping[str, np.ndarray]) -> Path:
+    """Writes one episode atomically: to a temporary file first, then renamed."""
+    length = len(episode["observation"]) - 1
+    final = directory / episode_name(index, length)
+    tmp = directory / f".{final.name}{TMP_SUFFIX}"
+    buf = io.BytesIO()
+    arrays = {k: np.asarray(episode[k], DTYPES[k]) for k in KEYS}
+    np.savez_compressed(buf, **arrays)  # type: ignore[arg-type]
+    with open(tmp, "wb") as f:
+        f.write(buf.getbuffer())
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, final)
+    return final
+
+
+def read_episode(path: Path, domain: DomainSpec) -> Episode:
+    """Reads and validates one episode; any defect raises a DatasetError naming the file."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            missing = [k for k in KEYS if k not in npz.files]
+            if missing:
+                raise DatasetError(f"{path}: missing keys {missing} (has {sorted(npz.files)})")
+            episode = {k: np.asarray(npz[k]) for k in KEYS}
+    except DatasetError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
+        raise DatasetError(f"{path}: not a readable npz archive ({type(e).__name__}: {e})") from e
+    validate_episode(episode, domain, str(path))
+    return {k: episode[k].reshape(len(episode[k]), -1).astype(DTYPES[k], copy=False) for k in KEYS}
+
+
+def validate_episode(episode: Mapping[str, np.ndarray], domain: DomainSpec, where: str) -> None:
+    """Checks row counts, widths against the domain, and finiteness."""
+    rows = {k: len(episode[k]) for k in KEYS}
+    if len(set(rows.values())) != 1:
+        raise DatasetError(f"{where}: keys have different row counts {rows}")
+    n = rows["observation"]
+    if n < 2:
+        raise DatasetError(f"{where}: {n} rows; an episode needs the reset row and at least 1 step")
+    widths = {
+        "observation": domain.obs_dim,
+        "action": domain.action_dim,
+        "reward": 1,
+        "discount": 1,
+        "physics": domain.physics_dim,
+    }
+    for key, width in widths.items():
+        actual = int(np.prod(episode[key].shape[1:], dtype=np.int64))
+        if actual != width:
+            raise DatasetError(
+                f"{where}: {key} has width {actual} but the {domain.name} domain needs {width} "
+                f"(shape {episode[key].shape}); is this episode from another domain?"
+            )
+    for key in KEYS:
+        bad = ~np.isfinite(episode[key].reshape(n, -1)).all(axis=1)
+        if bad.any():
+            raise DatasetError(
+                f"{where}: {key} has non-finite values (NaN or inf) in rows "
+                f"{np.flatnonzero(bad)[:5].tolist()}"
+            )
+    parsed = parse_name(Path(where).name)
+    if parsed is not None and parsed[1] != n - 1:
+        raise DatasetError(
+            f"{where}: the file name says {parsed[1]} steps but it holds {n - 1}; truncated?"
+        )

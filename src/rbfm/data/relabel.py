@@ -1,0 +1,83 @@
+"""Task rewards recomputed from stored physics states.
+
+For each state the simulator is put back exactly where the environment left it
+after `env.step`: dm_control ends every step with `mj_step1`, which recomputes
+positions, velocities, sensors and subtree momenta from (qpos, qvel, act). Doing
+the same here (not `env.step`, not a bare `set_state`) is what makes the
+relabelled rewards equal the collected ones, including walker flip's angular
+momentum and the velocity-based rewards. The per-state pass only reads a handful
+of features; the rewards are then computed for all states at once.
+"""
+
+from __future__ import annotations
+
+import mujoco
+import numpy as np
+from tqdm import tqdm
+
+from rbfm.data.dataset import Dataset, Transitions
+from rbfm.envs import get_domain
+from rbfm.errors import DatasetError
+
+
+def physics_features(domain: str, states: np.ndarray, progress: bool = True) -> np.ndarray:
+    """The reward features (domain.feature_names) of each physics state, shape (N, F)."""
+    spec = get_domain(domain)
+    states = np.asarray(states, dtype=np.float64)
+    if states.ndim != 2 or states.shape[1] != spec.physics_dim:
+        raise DatasetError(
+            f"physics states have shape {states.shape}; the {domain} domain stores "
+            f"(N, {spec.physics_dim})"
+        )
+    physics = spec.load_physics()
+    model, data = physics.model.ptr, physics.data.ptr
+    read = spec.feature_reader(model)
+    out = np.empty((len(states), len(spec.feature_names)))
+    what = mujoco.mjtState.mjSTATE_PHYSICS
+    for i in tqdm(
+        range(len(states)),
+        desc=f"relabelling {domain}",
+        disable=not progress,
+        unit="state",
+        mininterval=0.5,
+    ):
+        mujoco.mj_setState(model, data, states[i], what)
+        mujoco.mj_step1(model, data)
+        out[i] = read(data)
+    return out
+
+
+def _states(dataset: Dataset | Transitions | np.ndarray, domain: str) -> np.ndarray:
+    if isinstance(dataset, Dataset):
+        if dataset.domain.name != domain:
+            raise DatasetError(
+                f"{dataset.directory} is a {dataset.domain.name} dataset, not {domain}"
+            )
+        return dataset.rows["physics"][dataset.transition_rows]
+    if isinstance(dataset, Transitions):
+        return dataset.next_physics
+    return dataset
+
+
+def relabel(
+    dataset: Dataset | Transitions | np.ndarray,
+    domain: str,
+    task: str,
+    progress: bool = True,
+) -> np.ndarray:
+    """One reward per transition (computed at its s' physics row), in the dataset's order.
+
+    `dataset` may also be an (N, physics_dim) array of physics states.
+    """
+    reward_fn = get_domain(domain).reward_fn(task)
+    features = physics_features(domain, _states(dataset, domain), progress)
+    return np.asarray(reward_fn(get_domain(domain).features(features)), dtype=np.float64)
+
+
+def relabel_all(
+    dataset: Dataset | Transitions | np.ndarray, domain: str, progress: bool = True
+) -> dict[str, np.ndarray]:
+    """Rewards of every task of the domain from a single pass over the states."""
+    spec = get_domain(domain)
+    features = spec.features(physics_features(domain, _states(dataset, domain), progress))
+    return {task: np.asarray(fn(features), dtype=np.float64) for task, fn in spec.rewards.items()}

@@ -1,0 +1,19 @@
+"""Environments: the three DMC domains, their twelve tasks and nine perturbation families."""
+
+from rbfm.envs.domains import DOMAINS, TASKS, DomainSpec, get_domain
+from rbfm.envs.env import RbfmEnv, flatten_observation, make_env
+from rbfm.envs.perturbations import PERTURBATIONS, Perturbation, families, get_perturbation
+
+__all__ = [
+    "DOMAINS",
+    "PERTURBATIONS",
+    "TASKS",
+    "DomainSpec",
+    "Perturbation",
+    "RbfmEnv",
+    "families",
+    "flatten_observation",
+    "get_domain",
+    "get_perturbation",
+    "make_env",
+]

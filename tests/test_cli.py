@@ -1,0 +1,52 @@
+"""The command line: help, listings, summaries and clean errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rbfm.cli import main
+
+
+def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    for command in ("collect", "info", "envs"):
+        assert command in out
+
+
+def test_envs_lists_tasks_and_perturbations(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["envs"]) == 0
+    out = capsys.readouterr().out
+    assert "walk_backward" in out and "range_of_motion" in out and "0.058" in out
+
+
+def test_collect_prints_a_summary_with_every_task(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [
+        "collect",
+        "--domain",
+        "walker",
+        "--agent",
+        "random",
+        "--transitions",
+        "1000",
+        "--out",
+        str(tmp_path),
+        "--quiet",
+    ]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "episodes    1 (1,000 steps)" in out and "transitions 999" in out
+    for task in ("stand", "walk", "run", "flip"):
+        assert f"  {task} " in out
+    assert main(["info", str(tmp_path)]) == 0
+
+
+def test_errors_exit_2_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info", str(tmp_path / "missing")]) == 2
+    assert "no such directory" in capsys.readouterr().err

@@ -1,0 +1,184 @@
+"""ExORL format round trips, transition alignment, subsampling, the cache, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import fake_episode
+from rbfm.data import load_dataset, write_episode
+from rbfm.data.dataset import CACHE_DIR
+from rbfm.data.exorl import KEYS, parse_name
+from rbfm.errors import ConfigError, DatasetError
+
+
+def _write(
+    root: Path, domain: str = "cheetah", episodes: int = 3, steps: int = 50, seed: int = 0
+) -> tuple[Path, list[dict[str, np.ndarray]]]:
+    buffer = root / domain / "rnd" / "buffer"
+    buffer.mkdir(parents=True)
+    rng = np.random.default_rng(seed)
+    eps = [fake_episode(domain, steps, rng) for _ in range(episodes)]
+    for i, ep in enumerate(eps):
+        write_episode(buffer, i, ep)
+    return buffer, eps
+
+
+def test_written_files_follow_exorl_exactly(tmp_path: Path) -> None:
+    buffer, eps = _write(tmp_path, steps=1000, episodes=1)
+    [f] = list(buffer.iterdir())
+    assert parse_name(f.name) == (0, 1000)
+    with np.load(f) as npz:
+        assert sorted(npz.files) == sorted(KEYS)
+        assert npz["observation"].shape == (1001, 17) and npz["observation"].dtype == np.float32
+        assert npz["reward"].shape == (1001, 1) and npz["discount"].shape == (1001, 1)
+        assert npz["physics"].dtype == np.float64
+        np.testing.assert_array_equal(npz["action"], eps[0]["action"])
+
+
+@pytest.mark.parametrize("where", ["root", "domain", "algo", "buffer"])
+def test_round_trip_from_any_directory_above_the_buffer(tmp_path: Path, where: str) -> None:
+    buffer, eps = _write(tmp_path)
+    path = {
+        "root": tmp_path,
+        "domain": tmp_path / "cheetah",
+        "algo": buffer.parent,
+        "buffer": buffer,
+    }[where]
+    ds = load_dataset(path)
+    assert ds.domain.name == "cheetah" and ds.algo == "rnd" and ds.num_episodes == 3
+    for k in KEYS:
+        np.testing.assert_array_equal(ds.rows[k], np.concatenate([e[k] for e in eps]))
+
+
+def test_transitions_align_and_never_cross_episodes(tmp_path: Path) -> None:
+    buffer, eps = _write(tmp_path, episodes=3, steps=6)
+    ds = load_dataset(buffer)
+    assert len(ds) == 3 * 5  # T-1 per episode: the last step has no next action
+    tr = ds.transitions()
+    k = 0
+    for ep in eps:
+        for t in range(1, 6):
+            np.testing.assert_array_equal(tr.observation[k], ep["observation"][t - 1])
+            np.testing.assert_array_equal(tr.action[k], ep["action"][t])
+            np.testing.assert_array_equal(tr.next_observation[k], ep["observation"][t])
+            np.testing.assert_array_equal(tr.next_action[k], ep["action"][t + 1])
+            np.testing.assert_array_equal(tr.next_physics[k], ep["physics"][t])
+            assert tr.reward[k] == ep["reward"][t, 0] and tr.discount[k] == ep["discount"][t, 0]
+            k += 1
+
+
+def test_subsample_is_uniform_without_replacement_and_seeded(tmp_path: Path) -> None:
+    ds = load_dataset(_write(tmp_path, episodes=4, steps=100)[0])
+    a, b, c = ds.subsample(150, seed=1), ds.subsample(150, seed=1), ds.subsample(150, seed=2)
+    np.testing.assert_array_equal(a.observation, b.observation)
+    assert not np.array_equal(a.observation, c.observation)
+    assert len({row.tobytes() for row in a.observation}) == 150
+    every = ds.transitions()
+    assert len(every.subsample(396, seed=0)) == 396
+    with pytest.raises(ValueError, match="cannot subsample"):
+        ds.subsample(397, seed=0)
+
+
+def test_cache_is_used_then_rebuilt_when_files_change(tmp_path: Path) -> None:
+    buffer, eps = _write(tmp_path)
+    first = load_dataset(buffer)
+    manifest = buffer.parent / CACHE_DIR / "manifest.json"
+    assert len(json.loads(manifest.read_text())["files"]) == 3
+    # Poison the cached observations: a cache hit must return them as they are.
+    cached = buffer.parent / CACHE_DIR / "observation.npy"
+    np.save(cached, np.zeros_like(first.rows["observation"]))
+    assert not load_dataset(buffer).rows["observation"].any()
+    write_episode(buffer, 3, fake_episode("cheetah", 50, np.random.default_rng(9)))
+    again = load_dataset(buffer)
+    assert again.num_episodes == 4
+    np.testing.assert_array_equal(again.rows["observation"][:51], eps[0]["observation"])
+
+
+def test_unfinished_temporary_files_are_ignored(tmp_path: Path) -> None:
+    buffer, _ = _write(tmp_path, episodes=2)
+    (buffer / ".20260101T000000_2_50.npz.part").write_bytes(b"half an episode")
+    assert load_dataset(buffer).num_episodes == 2
+
+
+# ------------------------------------------------------------------ bad input
+
+
+def _corrupt(tmp_path: Path, how: str) -> tuple[Path, str]:
+    buffer, eps = _write(tmp_path, episodes=2)
+    victim = sorted(buffer.iterdir())[1]
+    if how == "truncated":
+        victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])
+        return buffer, "not a readable npz"
+    if how == "garbage":
+        victim.write_bytes(os.urandom(500))
+        return buffer, "not a readable npz"
+    ep = dict(eps[1])
+    if how == "obs_size":
+        ep["observation"] = np.zeros((51, 24), np.float32)
+        msg = "observation has width 24 but the cheetah domain needs 17"
+    elif how == "nan":
+        ep["action"] = ep["action"].copy()
+        ep["action"][7, 2] = np.nan
+        msg = r"action has non-finite values .* rows \[7\]"
+    elif how == "missing_key":
+        del ep["physics"]
+        msg = r"missing keys \['physics'\]"
+    else:
+        ep["reward"] = ep["reward"][:-3]
+        msg = "different row counts"
+    victim.unlink()
+    np.savez_compressed(victim, **ep)
+    return buffer, msg
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage", "obs_size", "nan", "missing_key", "rows"])
+def test_defective_episode_names_the_file_and_the_defect(tmp_path: Path, how: str) -> None:
+    buffer, msg = _corrupt(tmp_path, how)
+    victim = sorted(buffer.iterdir())[1].name
+    with pytest.raises(DatasetError, match=msg) as err:
+        load_dataset(buffer)
+    assert victim in str(err.value)
+
+
+def test_length_in_name_must_match_contents(tmp_path: Path) -> None:
+    buffer, _ = _write(tmp_path, episodes=1)
+    f = next(buffer.iterdir())
+    f.rename(buffer / f.name.replace("_50.npz", "_1000.npz"))
+    with pytest.raises(DatasetError, match="says 1000 steps but it holds 50"):
+        load_dataset(buffer)
+
+
+def test_missing_and_empty_directories(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="no such directory"):
+        load_dataset(tmp_path / "nowhere")
+    with pytest.raises(DatasetError, match="no ExORL buffer directory"):
+        load_dataset(tmp_path)
+    empty = tmp_path / "walker" / "rnd" / "buffer"
+    empty.mkdir(parents=True)
+    with pytest.raises(DatasetError, match="no episode files"):
+        load_dataset(empty)
+
+
+def test_several_buffers_must_be_disambiguated(tmp_path: Path) -> None:
+    _write(tmp_path / "a")
+    _write(tmp_path / "b", domain="walker")
+    with pytest.raises(DatasetError, match="several buffers") as err:
+        load_dataset(tmp_path)
+    assert "walker/rnd/buffer" in str(err.value)
+
+
+def test_unknown_domain(tmp_path: Path) -> None:
+    buffer, _ = _write(tmp_path)
+    with pytest.raises(ConfigError, match="valid choices: walker, quadruped, cheetah"):
+        load_dataset(buffer, domain="humanoid")
+    odd = tmp_path / "mydata" / "buffer"
+    odd.mkdir(parents=True)
+    write_episode(odd, 0, fake_episode("cheetah", 5, np.random.default_rng(0)))
+    with pytest.raises(DatasetError, match="cannot tell the domain"):
+        load_dataset(odd)
+    assert load_dataset(odd, domain="cheetah").num_episodes == 1
