@@ -70,6 +70,8 @@ def test_transitions_align_and_never_cross_episodes(tmp_path: Path) -> None:
             np.testing.assert_array_equal(tr.next_physics[k], ep["physics"][t])
             assert tr.reward[k] == ep["reward"][t, 0] and tr.discount[k] == ep["discount"][t, 0]
             k += 1
+    expected = [ep["reward"][1:6, 0].sum() for ep in eps]
+    np.testing.assert_allclose(ds.episode_returns(tr.reward), expected, rtol=1e-6)
 
 
 def test_subsample_is_uniform_without_replacement_and_seeded(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rbfm.errors import RbfmError
+from rbfm.errors import ConfigError, RbfmError
 
 
 def _summary_with_tasks(path: str) -> str:
@@ -18,11 +18,8 @@ def _summary_with_tasks(path: str) -> str:
     ds = load_dataset(path)
     rewards = relabel_all(ds, ds.domain.name)
     lines = [ds.summary(), "relabelled rewards (mean per step, mean episode return):"]
-    per_episode = ds.episode_lengths - 1  # transitions per episode
-    bounds = np.concatenate([[0], np.cumsum(per_episode)])
     for task, r in rewards.items():
-        returns = np.add.reduceat(r, bounds[:-1]) if len(r) else np.zeros(1)
-        lines.append(f"  {task:<14} {r.mean():.4f}   {returns.mean():8.1f}")
+        lines.append(f"  {task:<14} {r.mean():.4f}   {ds.episode_returns(r).mean():8.1f}")
     return "\n".join(lines)
 
 
@@ -61,6 +58,73 @@ def _cmd_envs(args: argparse.Namespace) -> None:
             if domain == name:
                 levels = ", ".join(f"{x:g}" for x in p.levels)
                 print(f"  {family:<19} {p.unit:<17} {p.field:<34} levels: {levels}")
+
+
+def _cmd_pretrain(args: argparse.Namespace) -> None:
+    from rbfm.fb.pretrain import PretrainConfig, pretrain
+
+    cfg = PretrainConfig(
+        dataset=args.dataset,
+        out=args.out,
+        domain=args.domain,
+        preset=args.preset,
+        steps=args.steps,
+        transitions=args.transitions,
+        seed=args.seed,
+        device=args.device,
+        bf16=args.bf16 or None,
+        eval_every=args.eval_every,
+        eval_episodes=args.eval_episodes,
+        checkpoint_every=args.checkpoint_every,
+        workers=args.workers,
+        log_every=args.log_every,
+    )
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    run = pretrain(cfg, progress=not args.quiet)
+    print(f"run finished: {run} (best model: {run / 'best.safetensors'})")
+
+
+def _cmd_zero_shot(args: argparse.Namespace) -> None:
+    from rbfm.data import load_dataset
+    from rbfm.evaluation import EnvSpec, RolloutEngine, mean_ci
+    from rbfm.fb.checkpoint import load_checkpoint
+    from rbfm.fb.zero_shot import infer_z, labelled_states, policy
+
+    model, meta = load_checkpoint(args.checkpoint, device=args.device)
+    domain = meta["domain"]
+    ds = load_dataset(args.dataset or meta["dataset"]["path"], domain)
+    obs, rewards = labelled_states(ds, domain, model.cfg.reward_samples, args.seed, progress=True)
+    tasks = args.task or list(rewards)
+    rng = np.random.default_rng(args.seed)
+
+    def random_policy(o: np.ndarray) -> np.ndarray:
+        return rng.uniform(-1, 1, (len(o), model.action_dim)).astype(np.float32)
+
+    dynamics = "nominal" if args.perturbation is None else f"{args.perturbation}={args.level:g}"
+    print(
+        f"{meta['domain']} model at step {meta.get('step')}, {dynamics}, "
+        f"{args.episodes} episodes, mean return +- 95% CI"
+    )
+    header = f"{'task':<14} {'zero-shot':>16}" + (f" {'random':>16}" if args.random else "")
+    print(header)
+    with RolloutEngine(args.workers) as engine:
+        for task in tasks:
+            if task not in rewards:
+                raise ConfigError(f"unknown {domain} task {task!r}; valid: {', '.join(rewards)}")
+            spec = EnvSpec(domain, task, args.perturbation, args.level)
+            z = infer_z(model, obs, rewards[task])
+            res = engine.run(spec, policy(model, z), args.episodes, seed=args.seed)
+            m, h = mean_ci(res.returns)
+            line = f"{task:<14} {m:>8.1f} +- {h:<5.1f}"
+            if args.random:
+                rm, rh = mean_ci(engine.run(spec, random_policy, args.episodes, args.seed).returns)
+                line += f" {rm:>8.1f} +- {rh:<5.1f}"
+            if res.unstable.any():
+                line += f"  ({int(res.unstable.sum())} unstable)"
+            print(line)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -105,6 +169,75 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_collect)
 
+    from rbfm.fb import FB_PRESETS
+
+    p = sub.add_parser(
+        "pretrain",
+        help="train a forward-backward model on a reward-free dataset (resumable)",
+        description="FB pretraining (Algorithm 1) with periodic zero-shot evaluation; keeps "
+        "the best model by IQM and the latest. Killed and rerun with the same command, it "
+        "resumes from the last checkpoint; a larger --steps extends a finished run.",
+    )
+    p.add_argument("--dataset", required=True, help="ExORL buffer or a directory above it")
+    p.add_argument("--out", required=True, help="run directory")
+    p.add_argument(
+        "--domain",
+        default=None,
+        choices=sorted(DOMAINS),
+        help="default: read from the dataset path",
+    )
+    p.add_argument("--preset", default="cpu", choices=sorted(FB_PRESETS))
+    p.add_argument("--steps", type=int, default=None, help="updates (default: the preset's)")
+    p.add_argument(
+        "--transitions",
+        type=int,
+        default=None,
+        help="uniform subsample of the dataset (default: min(1M, all))",
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None, help="torch device (default: cuda if available)")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the networks")
+    p.add_argument("--eval-every", type=int, default=None)
+    p.add_argument("--eval-episodes", type=int, default=None, help="per task")
+    p.add_argument("--checkpoint-every", type=int, default=None)
+    p.add_argument("--log-every", type=int, default=1000)
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="rollout worker processes for evaluation (0: in-process)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads (default: torch's). A resumed run reproduces an "
+        "uninterrupted one only with the same thread count.",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_pretrain)
+
+    p = sub.add_parser(
+        "zero-shot",
+        help="evaluate a model's reward-inferred policies (z from 10k relabelled states)",
+    )
+    p.add_argument("--checkpoint", required=True, help="run directory or checkpoint file")
+    p.add_argument(
+        "--task",
+        action="append",
+        default=None,
+        help="task to evaluate (repeatable; default: all of the domain's)",
+    )
+    p.add_argument("--perturbation", default=None)
+    p.add_argument("--level", type=float, default=None)
+    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--dataset", default=None, help="default: the dataset the model was trained on")
+    p.add_argument("--random", action="store_true", help="also evaluate a uniform random policy")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None)
+    p.add_argument("--workers", type=int, default=0)
+    p.set_defaults(func=_cmd_zero_shot)
+
     p = sub.add_parser("info", help="summarise a dataset, with every task's relabelled rewards")
     p.add_argument("path", help="a buffer directory or any directory above it")
     p.set_defaults(func=_cmd_info)
@@ -115,9 +248,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from absl import logging as absl_logging
-
-    absl_logging.set_verbosity(absl_logging.ERROR)  # dm_control's XML deprecation chatter
     args = build_parser().parse_args(argv)
     try:
         args.func(args)

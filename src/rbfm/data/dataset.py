@@ -74,6 +74,15 @@ class Dataset:
         ).astype(np.int64)
 
     @property
+    def transition_episodes(self) -> np.ndarray:
+        """The episode (file) index of each transition."""
+        return np.repeat(np.arange(self.num_episodes), self.episode_lengths - 1)
+
+    def episode_returns(self, rewards: np.ndarray) -> np.ndarray:
+        """Per-episode sums of one-per-transition rewards (e.g. from `relabel`)."""
+        return np.bincount(self.transition_episodes, rewards, minlength=self.num_episodes)
+
+    @property
     def algo(self) -> str:
         return self.directory.parent.name
 
@@ -108,10 +117,6 @@ class Dataset:
 
     def summary(self) -> str:
         rewards = self.rows["reward"][self.transition_rows, 0]
-        returns = [
-            float(self.rows["reward"][s + 1 : s + t + 1, 0].sum())
-            for s, t in zip(self.episode_starts, self.episode_lengths, strict=True)
-        ]
         return "\n".join(
             [
                 f"dataset     {self.directory}",
@@ -121,7 +126,8 @@ class Dataset:
                 f"episodes    {self.num_episodes} ({self.num_steps:,} steps)",
                 f"transitions {len(self):,} (s, a, s', a')",
                 f"stored reward per step: mean {rewards.mean():.4f}, max {rewards.max():.4f}; "
-                f"episode return mean {np.mean(returns):.1f}",
+                f"episode return mean {self.episode_returns(rewards).mean():.1f} "
+                "(over the transitions' steps)",
             ]
         )
 

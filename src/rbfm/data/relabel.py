@@ -29,7 +29,7 @@ def physics_features(domain: str, states: np.ndarray, progress: bool = True) -> 
             f"physics states have shape {states.shape}; the {domain} domain stores "
             f"(N, {spec.physics_dim})"
         )
-    physics = spec.load_physics()
+    physics = spec.build_physics()
     model, data = physics.model.ptr, physics.data.ptr
     read = spec.feature_reader(model)
     out = np.empty((len(states), len(spec.feature_names)))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import mujoco
 import numpy as np
+from absl import logging as absl_logging
 from dm_control import mujoco as dm_mujoco
 from dm_control.rl import control
 from dm_control.suite import base, cheetah, common, quadruped, walker
@@ -176,6 +177,15 @@ class DomainSpec:
     @property
     def tasks(self) -> tuple[str, ...]:
         return tuple(self.rewards)
+
+    def build_physics(self) -> dm_mujoco.Physics:
+        """A fresh nominal physics (dm_control's XML deprecation warnings silenced)."""
+        previous = absl_logging.get_verbosity()
+        absl_logging.set_verbosity(absl_logging.ERROR)
+        try:
+            return self.load_physics()
+        finally:
+            absl_logging.set_verbosity(previous)
 
     def features(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """Names the columns of an (N, n_features) array of feature rows."""

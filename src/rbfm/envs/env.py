@@ -38,7 +38,7 @@ class RbfmEnv(dm_env.Environment):  # type: ignore[misc]
         spec.reward_fn(task)  # validates the task name before building anything
         if (perturbation is None) != (level is None):
             raise ConfigError("give both a perturbation family and a level, or neither")
-        physics = spec.load_physics()
+        physics = spec.build_physics()
         if perturbation is not None and level is not None:
             pert = get_perturbation(domain, perturbation)
             pert.apply(physics.model.ptr, physics.data.ptr, level)

@@ -1,0 +1,64 @@
+"""Evaluation throughput of the rollout engine against the raw dm_control step rate.
+
+    python benchmarks/rollout.py [--domains cheetah walker quadruped] [--episodes 10]
+
+For each domain: raw single-process `dm_control.suite` steps/s (random actions),
+then the engine running `--episodes` lockstep episodes of an FB actor (cpu preset,
+random weights: the cost is the same) with 0 (in-process) and 2 worker processes.
+Steps/s counts environment steps over all episodes. Target: >= 70% of raw.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+from dm_control import suite
+
+from rbfm.envs import get_domain
+from rbfm.evaluation import EnvSpec, RolloutEngine
+from rbfm.fb import FBModel, fb_config
+from rbfm.fb.zero_shot import policy
+
+
+def raw_rate(domain: str, task: str, steps: int = 5000) -> float:
+    env = suite.load(domain, task, task_kwargs={"random": 0})
+    spec = env.action_spec()
+    actions = np.random.default_rng(0).uniform(spec.minimum, spec.maximum, (steps, *spec.shape))
+    env.reset()
+    start = time.perf_counter()
+    for a in actions:
+        if env.step(a).last():
+            env.reset()
+    return steps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--domains", nargs="+", default=["cheetah", "walker", "quadruped"])
+    parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument("--preset", default="cpu")
+    args = parser.parse_args()
+    print(f"{'domain':<10} {'raw env/s':>10} {'workers':>8} {'eval steps/s':>13} {'ratio':>6}")
+    for domain in args.domains:
+        spec = get_domain(domain)
+        task = spec.tasks[1]
+        torch.manual_seed(0)
+        model = FBModel(spec.obs_dim, spec.action_dim, fb_config(args.preset)).eval()
+        z = model.radius * torch.nn.functional.normalize(torch.randn(model.cfg.z_dim), dim=0)
+        raw = raw_rate(domain, task)
+        for workers in (0, 2):
+            with RolloutEngine(workers) as engine:
+                engine.run(EnvSpec(domain, task), policy(model, z), args.episodes)  # warm up
+                res = engine.run(EnvSpec(domain, task), policy(model, z), args.episodes)
+            rate = res.env_steps / res.seconds
+            print(
+                f"{domain:<10} {raw:>10.0f} {workers:>8} {rate:>13.0f} {rate / raw:>6.0%}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""The rollout engine: many episodes in lockstep, one batched policy call per step.
+
+Environments live in worker processes (each steps its share of the episodes
+while the others step theirs); the policy runs once per control step in the
+calling process on the observations of every running episode. Unstable physics
+(MuJoCo's divergence warnings such as BADQACC raise dm_control's PhysicsError,
+or a non-finite observation) ends that episode, which is recorded as unstable,
+and the rest of the run goes on.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+from dm_control.rl.control import PhysicsError
+
+from rbfm.envs import RbfmEnv, make_env
+
+# Maps the observations of the running episodes (n, obs_dim) to actions (n, action_dim).
+Policy = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    domain: str
+    task: str
+    perturbation: str | None = None
+    level: float | None = None
+
+
+@dataclass(frozen=True)
+class RolloutResult:
+    returns: np.ndarray  # per episode
+    lengths: np.ndarray
+    unstable: np.ndarray  # bool: ended early by a physics failure
+    seconds: float
+
+    @property
+    def env_steps(self) -> int:
+        return int(self.lengths.sum())
+
+
+class _Shard:
+    """The episodes one worker runs: envs kept between calls, reseeded per episode."""
+
+    def __init__(self) -> None:
+        self._envs: dict[EnvSpec, list[RbfmEnv]] = {}
+
+    def reset(self, spec: EnvSpec, seeds: Sequence[tuple[int, int]]) -> np.ndarray:
+        pool = self._envs.setdefault(spec, [])
+        while len(pool) < len(seeds):
+            pool.append(make_env(spec.domain, spec.task, spec.perturbation, spec.level))
+        self.active = pool[: len(seeds)]
+        obs = []
+        for env, seed in zip(self.active, seeds, strict=True):
+            env.reseed(np.random.SeedSequence(seed))
+            obs.append(env.reset().observation)
+        self.alive = np.ones(len(seeds), bool)
+        return np.stack(obs)
+
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Steps the live episodes; returns (obs, reward, done, unstable) for all of them."""
+        n = len(self.active)
+        obs = np.zeros((n, self.active[0].spec.obs_dim), np.float32)
+        reward, done, unstable = np.zeros(n), np.zeros(n, bool), np.zeros(n, bool)
+        for i in np.flatnonzero(self.alive):
+            try:
+                ts = self.active[i].step(actions[i])
+                ok = np.isfinite(ts.observation).all() and np.isfinite(ts.reward)
+            except PhysicsError:
+                ok = False
+            if ok:
+                obs[i], reward[i], done[i] = ts.observation, ts.reward, ts.last()
+            else:
+                done[i] = unstable[i] = True
+        self.alive &= ~done
+        return obs, reward, done, unstable
+
+
+def _worker(conn: Connection) -> None:
+    from absl import logging as absl_logging
+
+    # MuJoCo's instability warnings are recorded in the result, not logged per step.
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    shard = _Shard()
+    while True:
+        cmd, payload = conn.recv()
+        if cmd == "close":
+            return
+        try:
+            conn.send(("ok", getattr(shard, cmd)(*payload)))
+        except Exception as e:
+            conn.send(("error", f"{type(e).__name__}: {e}"))
+
+
+class RolloutEngine:
+    """Runs batches of episodes over `workers` processes (0: in this process).
+
+    Use as a context manager, or call close(); workers persist between runs so
+    repeated evaluations do not pay process start-up and model loading again.
+    """
+
+    def __init__(self, workers: int = 2) -> None:
+        self.workers = workers
+        self._conns: list[Connection] = []
+        self._procs: list[Any] = []
+        self._local = _Shard() if workers == 0 else None
+        if workers:
+            ctx = mp.get_context("forkserver")
+            ctx.set_forkserver_preload(["rbfm.evaluation.rollout"])
+            for _ in range(workers):
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(target=_worker, args=(child,), daemon=True)
+                proc.start()
+                self._conns.append(parent)
+                self._procs.append(proc)
+
+    def __enter__(self) -> RolloutEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for conn in self._conns:
+            conn.send(("close", ()))
+        for proc in self._procs:
+            proc.join(timeout=5)
+        self._conns, self._procs = [], []
+
+    def _call(self, cmd: str, payloads: list[tuple[Any, ...]]) -> list[Any]:
+        if self._local is not None:
+            return [getattr(self._local, cmd)(*payloads[0])]
+        for conn, payload in zip(self._conns, payloads, strict=True):
+            conn.send((cmd, payload))
+        results = []
+        for conn in self._conns:
+            status, value = conn.recv()
+            if status == "error":
+                raise RuntimeError(f"rollout worker failed: {value}")
+            results.append(value)
+        return results
+
+    def run(self, spec: EnvSpec, policy: Policy, episodes: int, seed: int = 0) -> RolloutResult:
+        """Episode k starts from the initial state of seed (seed, k), whatever the workers."""
+        start = time.perf_counter()
+        shards = np.array_split(np.arange(episodes), max(self.workers, 1))
+        if any(len(s) == 0 for s in shards):
+            raise ValueError(f"{episodes} episodes cannot be split over {self.workers} workers")
+        obs = np.concatenate(
+            self._call("reset", [(spec, [(seed, int(k)) for k in s]) for s in shards])
+        )
+        returns, lengths = np.zeros(episodes), np.zeros(episodes, np.int64)
+        unstable, alive = np.zeros(episodes, bool), np.ones(episodes, bool)
+        while alive.any():
+            act = policy(obs[alive])
+            actions = np.zeros((episodes, act.shape[-1]), np.float32)
+            actions[alive] = act
+            results = self._call("step", [(actions[s],) for s in shards])
+            new_obs, reward, done, bad = (np.concatenate(x) for x in zip(*results, strict=True))
+            returns[alive] += reward[alive]
+            lengths[alive] += ~bad[alive]
+            unstable |= bad
+            obs = np.where(alive[:, None], new_obs, obs)
+            alive &= ~done
+        return RolloutResult(returns, lengths, unstable, time.perf_counter() - start)

@@ -1,0 +1,122 @@
+"""FB checkpoints: safetensors weights plus a JSON description, written atomically.
+
+`<name>.safetensors` holds every tensor of the model (F, B, actor, targets);
+`<name>.json` holds the format, domain, dimensions, preset, full config, training
+step, dataset identity and the weights' SHA-256, so a model loads without the
+training code and a torn or swapped pair of files is detected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from rbfm.device import pick_device
+from rbfm.envs import get_domain
+from rbfm.errors import RbfmError
+from rbfm.fb.config import FBConfig
+from rbfm.fb.model import FBModel
+
+FORMAT = "rbfm-fb"
+VERSION = 1
+
+
+class CheckpointError(RbfmError):
+    """A checkpoint is missing, corrupt, or does not fit what it is loaded for."""
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    tmp = path.with_name(f".{path.name}.part")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def resolve(path: str | os.PathLike[str]) -> Path:
+    """`RUN` (its best model), `RUN/best`, `RUN/best.json` or `RUN/best.safetensors` -> stem."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "best"
+    if p.suffix in (".json", ".safetensors"):
+        p = p.with_suffix("")
+    return p
+
+
+def save_checkpoint(stem: Path, model: FBModel, meta: dict[str, Any]) -> None:
+    """Writes `stem.safetensors` then `stem.json` (which names the weights' hash)."""
+    weights = stem.with_suffix(".safetensors")
+    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    _atomic_write(weights, lambda p: save_file(state, str(p)))
+    info = {
+        "format": FORMAT,
+        "version": VERSION,
+        "obs_dim": model.obs_dim,
+        "action_dim": model.action_dim,
+        "config": model.cfg.to_json(),
+        "sha256": _sha256(weights),
+        **meta,
+    }
+    _atomic_write(stem.with_suffix(".json"), lambda p: p.write_text(json.dumps(info, indent=2)))
+
+
+def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
+    stem = resolve(path)
+    meta_path = stem.with_suffix(".json")
+    if not meta_path.exists():
+        raise CheckpointError(f"{meta_path}: no such checkpoint description")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{meta_path}: not valid JSON ({e})") from e
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise CheckpointError(f"{meta_path}: not an rbfm FB checkpoint (format {FORMAT!r})")
+    return meta
+
+
+def load_checkpoint(
+    path: str | os.PathLike[str], domain: str | None = None, device: str | None = None
+) -> tuple[FBModel, dict[str, Any]]:
+    """Loads a model; checks its file, its shapes and (if given) its domain."""
+    stem = resolve(path)
+    meta = read_meta(stem)
+    weights = stem.with_suffix(".safetensors")
+    if domain is not None and meta.get("domain") != domain:
+        raise CheckpointError(f"{stem}: a {meta.get('domain')} model, not {domain}")
+    spec = get_domain(meta["domain"])
+    if (meta["obs_dim"], meta["action_dim"]) != (spec.obs_dim, spec.action_dim):
+        raise CheckpointError(
+            f"{stem}: dimensions {meta['obs_dim']}/{meta['action_dim']} do not match the "
+            f"{spec.name} domain ({spec.obs_dim}/{spec.action_dim})"
+        )
+    if not weights.exists():
+        raise CheckpointError(f"{weights}: missing weights file")
+    if _sha256(weights) != meta.get("sha256"):
+        raise CheckpointError(f"{weights}: contents do not match {stem.name}.json (corrupt?)")
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(f"{weights}: unreadable safetensors file ({e})") from e
+    model = FBModel(meta["obs_dim"], meta["action_dim"], FBConfig.from_json(meta["config"]))
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    found = {k: tuple(v.shape) for k, v in state.items()}
+    if expected != found:
+        wrong = sorted(k for k in expected.keys() | found.keys() if expected.get(k) != found.get(k))
+        raise CheckpointError(
+            f"{weights}: tensors do not fit the configured model: "
+            + ", ".join(f"{k} {found.get(k)} vs expected {expected.get(k)}" for k in wrong[:5])
+        )
+    model.load_state_dict(state)
+    return model.to(pick_device(device)).eval(), meta

@@ -1,0 +1,83 @@
+"""FB model and training configuration, with named presets."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from rbfm.errors import ConfigError, unknown
+
+
+@dataclass(frozen=True)
+class FBConfig:
+    """Architecture and training hyperparameters; `paper` is Table 4 exactly."""
+
+    z_dim: int = 50
+    forward_hidden: tuple[int, ...] = (1024, 1024)
+    backward_hidden: tuple[int, ...] = (256, 256, 256)
+    actor_hidden: tuple[int, ...] = (1024, 1024)
+    preprocessor_hidden: tuple[int, ...] = (1024, 1024)
+    embed_dim: int = 512
+    batch_size: int = 512
+    lr: float = 1e-4
+    gamma: float = 0.98
+    tau: float = 0.01  # Polyak coefficient of the target networks
+    steps: int = 1_000_000
+    z_mix_ratio: float = 0.5  # probability of z = B(s) instead of a uniform sphere sample
+    ortho_coef: float = 1.0
+    actor_noise: float = 0.2
+    actor_noise_clip: float = 0.3
+    reward_samples: int = 10_000  # labelled states for zero-shot reward inference
+    eval_every: int = 20_000
+    eval_episodes: int = 10  # per task
+    checkpoint_every: int = 5_000
+    bf16: bool = False  # bfloat16 autocast for the networks; the FB loss stays fp32
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> FBConfig:
+        names = {f.name for f in fields(cls)}
+        extra = set(data) - names
+        if extra:
+            raise ConfigError(f"unknown FB config keys {sorted(extra)}")
+        tuples = {k: tuple(v) for k, v in data.items() if isinstance(v, list)}
+        return cls(**{**data, **tuples})
+
+
+FB_PRESETS: dict[str, FBConfig] = {
+    "paper": FBConfig(),
+    # 2 CPU cores: ~35 ms per update, so 200k updates in about 2 hours.
+    "cpu": FBConfig(
+        forward_hidden=(256, 256),
+        backward_hidden=(256, 256, 256),
+        actor_hidden=(256, 256),
+        preprocessor_hidden=(256,),
+        embed_dim=128,
+        batch_size=256,
+        steps=200_000,
+        eval_every=10_000,
+    ),
+    "tiny": FBConfig(
+        z_dim=8,
+        forward_hidden=(32,),
+        backward_hidden=(32,),
+        actor_hidden=(32,),
+        preprocessor_hidden=(32,),
+        embed_dim=16,
+        batch_size=32,
+        steps=200,
+        reward_samples=500,
+        eval_every=100,
+        eval_episodes=2,
+        checkpoint_every=50,
+    ),
+}
+
+
+def fb_config(preset: str, **overrides: Any) -> FBConfig:
+    if preset not in FB_PRESETS:
+        raise unknown("FB preset", preset, FB_PRESETS)
+    cfg = FB_PRESETS[preset]
+    return FBConfig(**{**asdict(cfg), **{k: v for k, v in overrides.items() if v is not None}})

@@ -1,0 +1,53 @@
+"""The FB objectives as pure functions of tensors (paper eq. 6-7, Algorithm 1).
+
+Shapes: E ensemble heads of F, N transitions in the batch, d the embedding size.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rbfm.fb.networks import project
+
+
+def fb_loss(
+    M: torch.Tensor, target_M: torch.Tensor, discount: torch.Tensor, gamma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two terms of the FB temporal-difference loss, summed over heads.
+
+    M[k, i, j] = F_k(s_i, a_i, z_i)^T B(s'_j); target_M[i, j] = min_k of the target
+    networks' F_k(s'_i, a'_i, z_i)^T B(s'_j); discount[i] is the dataset's.
+    Off-diagonal term: 0.5 * mean over i != j of (M - gamma * discount * target_M)^2,
+    where s'_j (j != i) plays the independent sample s+ ~ rho of eq. 6. Diagonal term:
+    -mean_i M[k, i, i] (the -2 E[F^T B(s')] of eq. 6, halved like the first term).
+    The off-diagonal mean is the full sum minus the diagonal: no mask is built.
+    """
+    n = M.shape[-1]
+    sq = (M - gamma * discount[:, None] * target_M).square()
+    off = 0.5 * (sq.sum((-2, -1)) - sq.diagonal(dim1=-2, dim2=-1).sum(-1)) / (n * (n - 1))
+    diag = -M.diagonal(dim1=-2, dim2=-1).mean(-1)
+    return off.sum(), diag.sum()
+
+
+def orthonormality_loss(B: torch.Tensor) -> torch.Tensor:
+    """||E[B B^T] - I||_F^2 with the batch's second moment: zero iff B is orthonormal.
+
+    Equals mean_{i,j} (B_i . B_j)^2 - 2 mean_i |B_i|^2 + d. The reference codes
+    average over i != j only; the i = j terms they leave out are |B_i|^4 = d^2,
+    constants on the sqrt(d) sphere, so both give the same gradients up to a
+    factor N / (N - 1). This form costs a d x d product instead of N x N.
+    """
+    n, d = B.shape
+    cov = B.T @ B / n
+    return (cov - torch.eye(d, device=B.device, dtype=B.dtype)).square().sum()
+
+
+def actor_loss(F_pi: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """-mean_i min_k F_k(s_i, pi(s_i, z_i), z_i)^T z_i (eq. 7, pessimistic over heads)."""
+    return -(F_pi * z).sum(-1).min(0).values.mean()
+
+
+def reward_z(B: torch.Tensor, reward: torch.Tensor) -> torch.Tensor:
+    """Zero-shot task vector: mean_i r(s_i) B(s_i), projected to radius sqrt(d)."""
+    z = (reward[:, None] * B).mean(0)
+    return project(z, B.shape[-1] ** 0.5)

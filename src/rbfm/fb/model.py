@@ -1,0 +1,154 @@
+"""The FB model (F, B, actor and target networks) and one training update (Algorithm 1)."""
+
+from __future__ import annotations
+
+import copy
+import math
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+from torch import nn
+
+from rbfm.fb.config import FBConfig
+from rbfm.fb.losses import actor_loss, fb_loss, orthonormality_loss, reward_z
+from rbfm.fb.networks import Actor, BackwardMap, ForwardMap, project
+
+
+def noisy(mu: torch.Tensor, std: float, clip: float, gen: torch.Generator | None) -> torch.Tensor:
+    """mu + clip(N(0, std)), kept in [-1, 1] (TD3 target-policy smoothing)."""
+    noise = torch.randn(mu.shape, generator=gen, device=mu.device, dtype=mu.dtype) * std
+    return (mu + noise.clamp(-clip, clip)).clamp(-1, 1)
+
+
+class FBModel(nn.Module):
+    """Forward map (two heads), backward map, actor, and the targets of F and B."""
+
+    def __init__(self, obs_dim: int, action_dim: int, cfg: FBConfig) -> None:
+        super().__init__()
+        self.obs_dim, self.action_dim, self.cfg = obs_dim, action_dim, cfg
+        self.forward_map = ForwardMap(
+            obs_dim,
+            action_dim,
+            cfg.z_dim,
+            cfg.forward_hidden,
+            cfg.preprocessor_hidden,
+            cfg.embed_dim,
+            heads=2,
+        )
+        self.backward_map = BackwardMap(obs_dim, cfg.z_dim, cfg.backward_hidden)
+        self.actor = Actor(
+            obs_dim,
+            action_dim,
+            cfg.z_dim,
+            cfg.actor_hidden,
+            cfg.preprocessor_hidden,
+            cfg.embed_dim,
+        )
+        self.target_forward_map = copy.deepcopy(self.forward_map).requires_grad_(False)
+        self.target_backward_map = copy.deepcopy(self.backward_map).requires_grad_(False)
+
+    @property
+    def radius(self) -> float:
+        return math.sqrt(self.cfg.z_dim)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """The deterministic policy pi_z(s) (mean action), for evaluation."""
+        return self.actor(obs, z.expand(obs.shape[0], -1))
+
+    @torch.no_grad()
+    def reward_z(self, obs: torch.Tensor, reward: torch.Tensor) -> torch.Tensor:
+        """Zero-shot z for a reward given at states `obs` (eq. 4 with the sqrt(d) projection)."""
+        return reward_z(self.backward_map(obs), reward)
+
+
+def _autocast(enabled: bool, device: torch.device) -> AbstractContextManager[object]:
+    if not enabled:
+        return nullcontext()
+    return torch.autocast(device.type, dtype=torch.bfloat16)
+
+
+class FBTrainer:
+    """Optimisers, random generator and the update step of FB pretraining."""
+
+    def __init__(self, model: FBModel, seed: int) -> None:
+        self.model, self.cfg = model, model.cfg
+        self.device = next(model.parameters()).device
+        fb_params = [*model.forward_map.parameters(), *model.backward_map.parameters()]
+        fused = self.device.type in ("cpu", "cuda")
+        self.fb_opt = torch.optim.Adam(fb_params, lr=self.cfg.lr, fused=fused)
+        self.actor_opt = torch.optim.Adam(model.actor.parameters(), lr=self.cfg.lr, fused=fused)
+        self.gen = torch.Generator(self.device).manual_seed(seed)
+        self._online: list[torch.Tensor] = [
+            *model.forward_map.parameters(),
+            *model.backward_map.parameters(),
+        ]
+        self._target: list[torch.Tensor] = [
+            *model.target_forward_map.parameters(),
+            *model.target_backward_map.parameters(),
+        ]
+
+    def sample_z(self, next_obs: torch.Tensor) -> torch.Tensor:
+        """Uniform on the sqrt(d) sphere, or with probability z_mix_ratio B(s') of a
+        shuffled batch state."""
+        n, d = next_obs.shape[0], self.cfg.z_dim
+        g = self.gen
+        z = project(torch.randn(n, d, generator=g, device=self.device), math.sqrt(d))
+        perm = torch.randperm(n, generator=g, device=self.device)
+        with torch.no_grad():
+            z_b = self.model.backward_map(next_obs[perm])
+        use_b = torch.rand(n, 1, generator=g, device=self.device) < self.cfg.z_mix_ratio
+        return torch.where(use_b, z_b.float(), z)
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One FB step, one actor step, one Polyak step. Returns detached metrics."""
+        cfg, m, g = self.cfg, self.model, self.gen
+        obs, action = batch["observation"], batch["action"]
+        next_obs, discount = batch["next_observation"], batch["discount"]
+        with _autocast(cfg.bf16, self.device):
+            z = self.sample_z(next_obs)
+            with torch.no_grad():
+                next_action = noisy(m.actor(next_obs, z), cfg.actor_noise, cfg.actor_noise_clip, g)
+                target_f = m.target_forward_map(next_obs, next_action, z).float()
+                target_b = m.target_backward_map(next_obs).float()
+                target_M = torch.matmul(target_f, target_b.T).min(0).values
+            f = m.forward_map(obs, action, z).float()
+            b = m.backward_map(next_obs).float()
+        M = torch.matmul(f, b.T)  # fp32 even under autocast
+        off, diag = fb_loss(M, target_M, discount, cfg.gamma)
+        ortho = orthonormality_loss(b)
+        loss = off + diag + cfg.ortho_coef * ortho
+        self.fb_opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.fb_opt.step()
+
+        with _autocast(cfg.bf16, self.device):
+            pi = noisy(m.actor(obs, z), cfg.actor_noise, cfg.actor_noise_clip, g)
+            f_pi = m.forward_map(obs, pi, z).float()
+        a_loss = actor_loss(f_pi, z)
+        self.actor_opt.zero_grad(set_to_none=True)
+        # Only the actor's gradients: F's weight gradients would be discarded anyway.
+        a_loss.backward(inputs=list(m.actor.parameters()))
+        self.actor_opt.step()
+
+        with torch.no_grad():
+            torch._foreach_lerp_(self._target, self._online, cfg.tau)
+        return {
+            "fb_offdiag": off.detach(),
+            "fb_diag": diag.detach(),
+            "ortho": ortho.detach(),
+            "actor_loss": a_loss.detach(),
+            "q": -a_loss.detach(),
+        }
+
+    def state_dict(self) -> dict[str, object]:
+        return {
+            "fb_opt": self.fb_opt.state_dict(),
+            "actor_opt": self.actor_opt.state_dict(),
+            "gen": self.gen.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        self.fb_opt.load_state_dict(state["fb_opt"])  # type: ignore[arg-type]
+        self.actor_opt.load_state_dict(state["actor_opt"])  # type: ignore[arg-type]
+        self.gen.set_state(state["gen"])  # type: ignore[arg-type]

@@ -1,0 +1,141 @@
+"""Forward, backward and actor networks of an FB model.
+
+Architecture of the reference implementations (zero-shot-rl, metamotivo): every
+MLP starts with Linear -> LayerNorm -> Tanh and continues with Linear -> ReLU.
+F(s, a, z) embeds (s, a) and (s, z) separately, concatenates the two embeddings
+and maps them to R^d; its two heads are one batched ("parallel") network, so the
+pair costs a few batched matmuls instead of a Python loop over networks.
+B(s) is normalised to the sphere of radius sqrt(d). The actor embeds s and
+(s, z) the same way and ends in tanh; the s-only embedding does not depend on z,
+which lets task inference compute it once for all demonstration states.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+class ParallelLinear(nn.Module):
+    """`n` independent linear layers applied to a (n, batch, in) input in one bmm."""
+
+    def __init__(self, n: int, inp: int, out: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n, inp, out))
+        self.bias = nn.Parameter(torch.empty(n, 1, out))
+        bound = 1 / math.sqrt(inp)  # nn.Linear's default initialisation, per member
+        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class ParallelLayerNorm(nn.Module):
+    """LayerNorm over the last dimension with separate affine parameters per member."""
+
+    def __init__(self, n: int, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n, 1, dim))
+        self.bias = nn.Parameter(torch.zeros(n, 1, dim))
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.addcmul(self.bias, F.layer_norm(x, (self.dim,)), self.weight)
+
+
+def mlp(inp: int, hidden: tuple[int, ...], out: int, parallel: int = 0) -> nn.Sequential:
+    """Linear-LayerNorm-Tanh, then Linear-ReLU per further hidden layer, then Linear.
+
+    With `parallel` > 0 the layers are batched over that many independent members
+    and expect inputs of shape (parallel, batch, inp).
+    """
+
+    def linear(i: int, o: int) -> nn.Module:
+        return ParallelLinear(parallel, i, o) if parallel else nn.Linear(i, o)
+
+    def norm(d: int) -> nn.Module:
+        return ParallelLayerNorm(parallel, d) if parallel else nn.LayerNorm(d)
+
+    layers: list[nn.Module] = [linear(inp, hidden[0]), norm(hidden[0]), nn.Tanh()]
+    for a, b in itertools.pairwise(hidden):
+        layers += [linear(a, b), nn.ReLU()]
+    layers.append(linear(hidden[-1], out))
+    return nn.Sequential(*layers)
+
+
+class ForwardMap(nn.Module):
+    """F(s, a, z) -> (heads, batch, d)."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        z_dim: int,
+        hidden: tuple[int, ...],
+        preprocessor: tuple[int, ...],
+        embed: int,
+        heads: int,
+    ) -> None:
+        super().__init__()
+        self.heads = heads
+        self.sa = mlp(obs_dim + action_dim, preprocessor, embed, parallel=heads)
+        self.sz = mlp(obs_dim + z_dim, preprocessor, embed, parallel=heads)
+        self.head = mlp(2 * embed, hidden, z_dim, parallel=heads)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        sa = torch.cat([obs, action], -1).expand(self.heads, -1, -1)
+        sz = torch.cat([obs, z], -1).expand(self.heads, -1, -1)
+        return self.head(torch.cat([self.sa(sa), self.sz(sz)], -1))  # type: ignore[no-any-return]
+
+
+class BackwardMap(nn.Module):
+    """B(s) on the sphere of radius sqrt(d)."""
+
+    def __init__(self, obs_dim: int, z_dim: int, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        self.net = mlp(obs_dim, hidden, z_dim)
+        self.radius = math.sqrt(z_dim)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return project(self.net(obs), self.radius)
+
+
+class Actor(nn.Module):
+    """pi(s, z): tanh(head([embed(s), embed(s, z)]))."""
+
+    def __init__(
+        self,
+        obs_dim: int,
+        action_dim: int,
+        z_dim: int,
+        hidden: tuple[int, ...],
+        preprocessor: tuple[int, ...],
+        embed: int,
+    ) -> None:
+        super().__init__()
+        self.s = mlp(obs_dim, preprocessor, embed)
+        self.sz = mlp(obs_dim + z_dim, preprocessor, embed)
+        self.head = mlp(2 * embed, hidden, action_dim)
+
+    def embed_state(self, obs: torch.Tensor) -> torch.Tensor:
+        """The z-independent part, computed once when z is optimised over fixed states."""
+        return self.s(obs)  # type: ignore[no-any-return]
+
+    def from_embedding(
+        self, s_embed: torch.Tensor, obs: torch.Tensor, z: torch.Tensor
+    ) -> torch.Tensor:
+        h = torch.cat([s_embed, self.sz(torch.cat([obs, z], -1))], -1)
+        return torch.tanh(self.head(h))
+
+    def forward(self, obs: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return self.from_embedding(self.embed_state(obs), obs, z)
+
+
+def project(z: torch.Tensor, radius: float) -> torch.Tensor:
+    """Scales each row of z onto the sphere of the given radius."""
+    return radius * F.normalize(z, dim=-1)

@@ -1,0 +1,252 @@
+"""FB pretraining runs: periodic IQM evaluation, best/latest checkpoints, exact resume.
+
+A run directory holds:
+  run.json                 what the run is (dataset, domain, preset, seed, config)
+  resume.pt                everything needed to continue (one atomic file)
+  latest.{safetensors,json}, best.{safetensors,json}   loadable models
+  train.csv, eval.csv, tb/ losses, updates/s, IQM and per-task returns
+
+Killed at any moment and rerun with the same command, a run restarts from
+resume.pt (weights, targets, optimiser moments, random generator, step) and,
+on CPU with the same seed, ends with the same weights as an uninterrupted run:
+evaluation never draws from the training generator.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from rbfm.data import load_dataset
+from rbfm.device import pick_device
+from rbfm.errors import ConfigError
+from rbfm.evaluation import EnvSpec, RolloutEngine, iqm
+from rbfm.fb.checkpoint import save_checkpoint
+from rbfm.fb.config import FBConfig, fb_config
+from rbfm.fb.model import FBModel, FBTrainer
+from rbfm.fb.zero_shot import infer_z, labelled_states, policy
+
+EVAL_SEED = 1_000_003  # evaluation episodes use fixed initial states, separate from training
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    dataset: str
+    out: str
+    domain: str | None = None
+    preset: str = "cpu"
+    steps: int | None = None  # default: the preset's
+    transitions: int | None = None  # uniform subsample size; default min(1M, all)
+    seed: int = 0
+    device: str | None = None
+    bf16: bool | None = None
+    eval_every: int | None = None
+    eval_episodes: int | None = None
+    checkpoint_every: int | None = None
+    workers: int = 0  # rollout worker processes for evaluation (0: in-process)
+    log_every: int = 1000
+
+    def fb(self) -> FBConfig:
+        return fb_config(
+            self.preset,
+            steps=self.steps,
+            bf16=self.bf16,
+            eval_every=self.eval_every,
+            eval_episodes=self.eval_episodes,
+            checkpoint_every=self.checkpoint_every,
+        )
+
+
+def _identity(
+    cfg: PretrainConfig, fb: FBConfig, domain: str, dataset: Path, m: int
+) -> dict[str, Any]:
+    model_cfg = {
+        k: v
+        for k, v in fb.to_json().items()
+        if k not in ("steps", "eval_every", "eval_episodes", "checkpoint_every")
+    }
+    return {
+        "dataset": str(dataset.resolve()),
+        "domain": domain,
+        "preset": cfg.preset,
+        "seed": cfg.seed,
+        "transitions": m,
+        "config": json.loads(json.dumps(model_cfg)),
+    }
+
+
+def _check_identity(run: Path, ident: dict[str, Any]) -> None:
+    path = run / "run.json"
+    if path.exists():
+        before = json.loads(path.read_text())
+        diff = sorted(k for k in ident if before.get(k) != ident[k])
+        if diff:
+            raise ConfigError(
+                f"{run} is a run with other settings ({', '.join(diff)} differ); rerun the same "
+                "command to resume, or choose another --out"
+            )
+    else:
+        path.write_text(json.dumps(ident, indent=2))
+
+
+class _Csv:
+    """Appends rows; on resume drops rows written after the resumed step."""
+
+    def __init__(self, path: Path, fields: list[str], resume_step: int) -> None:
+        self.path, self.fields = path, fields
+        rows = []
+        if path.exists():
+            with open(path, newline="") as f:
+                rows = [r for r in csv.DictReader(f) if int(r["step"]) <= resume_step]
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fields)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    def write(self, row: dict[str, Any]) -> None:
+        with open(self.path, "a", newline="") as f:
+            csv.DictWriter(f, self.fields).writerow(row)
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.part")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
+    """Trains (or resumes) an FB model; returns the run directory."""
+    fb = cfg.fb()
+    device = pick_device(cfg.device)
+    ds = load_dataset(cfg.dataset, cfg.domain)
+    domain = ds.domain.name
+    m = min(cfg.transitions or 1_000_000, len(ds))
+    run = Path(cfg.out)
+    run.mkdir(parents=True, exist_ok=True)
+    _check_identity(run, _identity(cfg, fb, domain, ds.directory, m))
+
+    data = ds.subsample(m, cfg.seed) if m < len(ds) else ds.transitions()
+    tensors = {
+        "observation": torch.as_tensor(data.observation, device=device),
+        "action": torch.as_tensor(data.action, device=device),
+        "next_observation": torch.as_tensor(data.next_observation, device=device),
+        "discount": torch.as_tensor(data.discount, device=device),
+    }
+    eval_obs, eval_rewards = labelled_states(data, domain, fb.reward_samples, cfg.seed + 1)
+
+    torch.manual_seed(cfg.seed)
+    model = FBModel(ds.domain.obs_dim, ds.domain.action_dim, fb).to(device)
+    trainer = FBTrainer(model, cfg.seed)
+    step, best = 0, {"iqm": -np.inf, "step": 0}
+    resume = run / "resume.pt"
+    if resume.exists():
+        state = torch.load(resume, map_location=device, weights_only=True)
+        model.load_state_dict(state["model"])
+        trainer.load_state_dict(state["trainer"])
+        step, best = int(state["step"]), dict(state["best"])
+    meta = {
+        "domain": domain,
+        "preset": cfg.preset,
+        "dataset": {
+            "path": str(ds.directory.resolve()),
+            "algo": ds.algo,
+            "episodes": ds.num_episodes,
+            "transitions": m,
+            "seed": cfg.seed,
+        },
+    }
+
+    tasks = list(eval_rewards)
+    train_log = _Csv(
+        run / "train.csv",
+        ["step", "seconds", "updates_per_s", "fb_offdiag", "fb_diag", "ortho", "actor_loss"],
+        step,
+    )
+    eval_log = _Csv(run / "eval.csv", ["step", "iqm", *tasks], step)
+    tb = SummaryWriter(str(run / "tb"), purge_step=step)
+
+    def evaluate(engine: RolloutEngine) -> float:
+        model.eval()
+        returns = {}
+        for task in tasks:
+            z = infer_z(model, eval_obs, eval_rewards[task])
+            result = engine.run(
+                EnvSpec(domain, task), policy(model, z), fb.eval_episodes, seed=EVAL_SEED
+            )
+            returns[task] = result.returns
+        model.train()
+        score = iqm(np.concatenate(list(returns.values())))
+        eval_log.write(
+            {"step": step, "iqm": score, **{t: float(r.mean()) for t, r in returns.items()}}
+        )
+        tb.add_scalar("eval/iqm", score, step)
+        for t, r in returns.items():
+            tb.add_scalar(f"eval/{t}", float(r.mean()), step)
+        return score
+
+    def checkpoint() -> None:
+        save_checkpoint(run / "latest", model, {**meta, "step": step})
+        _atomic_save(
+            {
+                "step": step,
+                "model": model.state_dict(),
+                "trainer": trainer.state_dict(),
+                "best": best,
+            },
+            resume,
+        )
+
+    n = len(data)
+    bar = tqdm(
+        total=fb.steps,
+        initial=step,
+        desc=f"pretrain {domain}",
+        unit="upd",
+        disable=not progress,
+        smoothing=0.05,
+    )
+    tick, since = time.perf_counter(), step
+    with RolloutEngine(cfg.workers) as engine:
+        while step < fb.steps:
+            idx = torch.randint(n, (fb.batch_size,), generator=trainer.gen, device=device)
+            metrics = trainer.update({k: v[idx] for k, v in tensors.items()})
+            step += 1
+            bar.update(1)
+            if step % cfg.log_every == 0 or step == fb.steps:
+                now = time.perf_counter()
+                values = {k: float(v) for k, v in metrics.items()}
+                rate = (step - since) / (now - tick)
+                train_log.write(
+                    {
+                        "step": step,
+                        "seconds": round(now - tick, 3),
+                        "updates_per_s": round(rate, 2),
+                        **{k: values[k] for k in ("fb_offdiag", "fb_diag", "ortho", "actor_loss")},
+                    }
+                )
+                for k, v in values.items():
+                    tb.add_scalar(f"train/{k}", v, step)
+                tb.add_scalar("train/updates_per_s", rate, step)
+                tick, since = now, step
+            if step % fb.eval_every == 0 or step == fb.steps:
+                score = evaluate(engine)
+                bar.set_postfix(iqm=f"{score:.1f}", best=f"{max(score, best['iqm']):.1f}")
+                if score > best["iqm"]:
+                    best = {"iqm": score, "step": step}
+                    save_checkpoint(run / "best", model, {**meta, "step": step, "iqm": score})
+                tick = time.perf_counter()  # evaluation time is not training time
+            if step % fb.checkpoint_every == 0 or step == fb.steps:
+                checkpoint()
+    bar.close()
+    tb.close()
+    return run

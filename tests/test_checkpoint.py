@@ -1,0 +1,81 @@
+"""Checkpoints round-trip and refuse corrupt or mismatched files with clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from rbfm.fb import FBModel, fb_config
+from rbfm.fb.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> Path:
+    torch.manual_seed(0)
+    model = FBModel(17, 6, fb_config("tiny"))
+    save_checkpoint(tmp_path / "best", model, {"domain": "cheetah", "step": 7})
+    return tmp_path
+
+
+def test_round_trip_from_any_path_form(saved: Path) -> None:
+    torch.manual_seed(0)
+    original = FBModel(17, 6, fb_config("tiny")).state_dict()
+    for path in (saved, saved / "best", saved / "best.json", saved / "best.safetensors"):
+        model, meta = load_checkpoint(path, domain="cheetah")
+        assert meta["step"] == 7 and meta["config"]["z_dim"] == 8
+        for k, v in model.state_dict().items():
+            torch.testing.assert_close(v, original[k], rtol=0, atol=0)
+    assert not list(saved.glob(".*part"))  # atomic writes leave no temporaries
+
+
+def test_corrupt_weights(saved: Path) -> None:
+    w = saved / "best.safetensors"
+    w.write_bytes(w.read_bytes()[:-100])
+    with pytest.raises(CheckpointError, match=r"do not match best\.json"):
+        load_checkpoint(saved)
+
+
+def test_unreadable_weights_with_a_matching_hash(saved: Path) -> None:
+    import hashlib
+
+    w = saved / "best.safetensors"
+    w.write_bytes(b"not a safetensors file")
+    meta = json.loads((saved / "best.json").read_text())
+    meta["sha256"] = hashlib.sha256(w.read_bytes()).hexdigest()
+    (saved / "best.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="unreadable safetensors"):
+        load_checkpoint(saved)
+
+
+def test_corrupt_or_foreign_description(saved: Path) -> None:
+    (saved / "best.json").write_text("{not json")
+    with pytest.raises(CheckpointError, match="not valid JSON"):
+        load_checkpoint(saved)
+    (saved / "best.json").write_text(json.dumps({"format": "something-else"}))
+    with pytest.raises(CheckpointError, match="not an rbfm FB checkpoint"):
+        load_checkpoint(saved)
+
+
+def test_missing_files(tmp_path: Path, saved: Path) -> None:
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        load_checkpoint(tmp_path / "nothing")
+    (saved / "best.safetensors").unlink()
+    with pytest.raises(CheckpointError, match="missing weights"):
+        load_checkpoint(saved)
+
+
+def test_wrong_domain_and_shapes(saved: Path) -> None:
+    with pytest.raises(CheckpointError, match="a cheetah model, not walker"):
+        load_checkpoint(saved, domain="walker")
+    meta = json.loads((saved / "best.json").read_text())
+    meta["domain"] = "walker"  # walker observations are 24-dim, these weights 17
+    (saved / "best.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="do not match the walker domain"):
+        load_checkpoint(saved)
+    meta["domain"], meta["config"]["embed_dim"] = "cheetah", 32
+    (saved / "best.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match="tensors do not fit the configured model"):
+        load_checkpoint(saved)

@@ -1,0 +1,125 @@
+"""Pretraining runs: exact resume, logs, best/latest checkpoints."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rbfm.errors import ConfigError
+from rbfm.exploration import CollectConfig, collect
+from rbfm.fb.pretrain import PretrainConfig, pretrain
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("data")
+    collect(CollectConfig("cheetah", "random", 3000, str(out), seed=1), progress=False)
+    return out
+
+
+def _cfg(dataset: Path, out: Path, steps: int) -> PretrainConfig:
+    return PretrainConfig(
+        dataset=str(dataset),
+        out=str(out),
+        preset="tiny",
+        steps=steps,
+        checkpoint_every=20,
+        eval_every=40,
+        log_every=10,
+    )
+
+
+def _csv(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(run / "latest.safetensors"))
+
+
+def _assert_same_weights(a: Path, b: Path) -> None:
+    wa, wb = _weights(a), _weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        torch.testing.assert_close(wa[k], wb[k], rtol=0, atol=0, msg=k)
+
+
+def test_run_writes_logs_and_checkpoints(dataset: Path, tmp_path: Path) -> None:
+    run = pretrain(_cfg(dataset, tmp_path / "run", 80), progress=False)
+    for name in ("run.json", "resume.pt", "latest.json", "best.json", "best.safetensors"):
+        assert (run / name).exists(), name
+    evals = list(_csv(run / "eval.csv"))
+    assert [int(r["step"]) for r in evals] == [40, 80]
+    assert set(evals[0]) == {"step", "iqm", "walk", "run", "walk_backward", "run_backward"}
+    trains = list(_csv(run / "train.csv"))
+    assert [int(r["step"]) for r in trains] == list(range(10, 81, 10))
+    assert float(trains[-1]["updates_per_s"]) > 0
+    assert list((run / "tb").glob("events.out.tfevents.*"))
+
+
+def test_resume_equals_uninterrupted(dataset: Path, tmp_path: Path) -> None:
+    whole = pretrain(_cfg(dataset, tmp_path / "whole", 100), progress=False)
+    pretrain(_cfg(dataset, tmp_path / "parts", 50), progress=False)  # stops between checkpoints
+    parts = pretrain(_cfg(dataset, tmp_path / "parts", 100), progress=False)
+    _assert_same_weights(whole, parts)
+    # A run also evaluates at its last step, so the 50-step run left its row.
+    steps = [r["step"] for r in _csv(parts / "eval.csv")]
+    assert steps == ["40", "50", "80", "100"]
+
+
+def test_killed_run_resumes_to_the_same_weights(dataset: Path, tmp_path: Path) -> None:
+    whole = pretrain(_cfg(dataset, tmp_path / "whole", 120), progress=False)
+    run = tmp_path / "killed"
+    cmd = [
+        sys.executable,
+        "-m",
+        "rbfm.cli",
+        "pretrain",
+        "--dataset",
+        str(dataset),
+        "--preset",
+        "tiny",
+        "--steps",
+        "120",
+        "--checkpoint-every",
+        "20",
+        "--eval-every",
+        "40",
+        "--log-every",
+        "10",
+        "--out",
+        str(run),
+        "--quiet",
+    ]
+    # Same intra-op thread count as this process (conftest): float sums depend on it.
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "resume.pt").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proc.poll() is None, "the run finished before it could be interrupted"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    resumed = pretrain(_cfg(dataset, run, 120), progress=False)
+    _assert_same_weights(whole, resumed)
+    steps = [int(r["step"]) for r in _csv(resumed / "train.csv")]
+    assert steps == list(range(10, 121, 10))  # no duplicated rows after the resume
+
+
+def test_rerun_with_other_settings_is_refused(dataset: Path, tmp_path: Path) -> None:
+    pretrain(_cfg(dataset, tmp_path, 20), progress=False)
+    other = PretrainConfig(dataset=str(dataset), out=str(tmp_path), preset="tiny", seed=3)
+    with pytest.raises(ConfigError, match="seed"):
+        pretrain(other, progress=False)
