@@ -15,7 +15,6 @@ import time
 
 import numpy as np
 import torch
-from dm_control import suite
 
 from rbfm.envs import get_domain
 from rbfm.evaluation import EnvSpec, RolloutEngine
@@ -24,6 +23,8 @@ from rbfm.fb.zero_shot import policy
 
 
 def raw_rate(domain: str, task: str, steps: int = 5000) -> float:
+    from dm_control import suite  # after rbfm, which turns off dm_control's OpenGL probing
+
     env = suite.load(domain, task, task_kwargs={"random": 0})
     spec = env.action_spec()
     actions = np.random.default_rng(0).uniform(spec.minimum, spec.maximum, (steps, *spec.shape))
@@ -38,10 +39,19 @@ def raw_rate(domain: str, task: str, steps: int = 5000) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domains", nargs="+", default=["cheetah", "walker", "quadruped"])
-    parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument(
+        "--episodes",
+        type=int,
+        nargs="+",
+        default=[10, 40],
+        help="lockstep batch sizes (pretraining evaluates 4 tasks x 10 = 40)",
+    )
     parser.add_argument("--preset", default="cpu")
     args = parser.parse_args()
-    print(f"{'domain':<10} {'raw env/s':>10} {'workers':>8} {'eval steps/s':>13} {'ratio':>6}")
+    print(
+        f"{'domain':<10} {'raw env/s':>10} {'workers':>8} {'episodes':>9} {'eval steps/s':>13} "
+        f"{'ratio':>6}"
+    )
     for domain in args.domains:
         spec = get_domain(domain)
         task = spec.tasks[1]
@@ -51,13 +61,15 @@ def main() -> None:
         raw = raw_rate(domain, task)
         for workers in (0, 2):
             with RolloutEngine(workers) as engine:
-                engine.run(EnvSpec(domain, task), policy(model, z), args.episodes)  # warm up
-                res = engine.run(EnvSpec(domain, task), policy(model, z), args.episodes)
-            rate = res.env_steps / res.seconds
-            print(
-                f"{domain:<10} {raw:>10.0f} {workers:>8} {rate:>13.0f} {rate / raw:>6.0%}",
-                flush=True,
-            )
+                for episodes in args.episodes:
+                    engine.run(EnvSpec(domain, task), policy(model, z), episodes)  # warm up
+                    res = engine.run(EnvSpec(domain, task), policy(model, z), episodes)
+                    rate = res.env_steps / res.seconds
+                    print(
+                        f"{domain:<10} {raw:>10.0f} {workers:>8} {episodes:>9} {rate:>13.0f} "
+                        f"{rate / raw:>6.0%}",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from rbfm.envs import make_env
 from rbfm.evaluation import EnvSpec, RolloutEngine, iqm, mean_ci
 
 
-def _linear_policy(obs: np.ndarray) -> np.ndarray:
+def _linear_policy(obs: np.ndarray, episodes: np.ndarray | None = None) -> np.ndarray:
     w = np.linspace(-1, 1, obs.shape[1] * 6).reshape(obs.shape[1], 6)
     return np.tanh(obs @ w).astype(np.float32)
 
@@ -35,7 +35,7 @@ def test_results_match_a_plain_loop_and_do_not_depend_on_workers() -> None:
 def test_an_unstable_episode_is_recorded_and_the_run_goes_on(workers: int) -> None:
     calls = {"n": 0}
 
-    def policy(obs: np.ndarray) -> np.ndarray:
+    def policy(obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
         calls["n"] += 1
         act = _linear_policy(obs)
         if calls["n"] == 50:
@@ -53,3 +53,26 @@ def test_iqm_and_confidence_interval() -> None:
     assert iqm(np.array([0, 1, 2, 3, 4, 5, 6, 100.0])) == pytest.approx(3.5)
     mean, half = mean_ci(np.array([1.0, 2.0, 3.0]))
     assert mean == 2.0 and half == pytest.approx(2.4841, rel=1e-4)  # t(0.975, 2) * 1 / sqrt 3
+
+
+def test_a_mixed_batch_equals_separate_runs() -> None:
+    """Episodes of several tasks and task vectors in one batch: each episode gets its own
+    row of actions and the same initial state as in a run of its task alone."""
+    w = {0: 1.0, 1: -1.0}  # a different "task vector" per task, selected by episode index
+    specs = [EnvSpec("cheetah", "run")] * 2 + [EnvSpec("cheetah", "walk_backward")] * 2
+    signs = np.array([w[0], w[0], w[1], w[1]])
+
+    def mixed(obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
+        return signs[episodes, None] * _linear_policy(obs)
+
+    with RolloutEngine(0) as engine:
+        together = engine.run(specs, mixed, seed=4)
+        alone = [
+            engine.run(EnvSpec("cheetah", "run"), lambda o, e: _linear_policy(o), 2, seed=4),
+            engine.run(
+                EnvSpec("cheetah", "walk_backward"), lambda o, e: -_linear_policy(o), 2, seed=4
+            ),
+        ]
+    np.testing.assert_allclose(
+        together.returns, np.concatenate([r.returns for r in alone]), rtol=1e-12
+    )

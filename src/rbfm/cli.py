@@ -98,9 +98,14 @@ def _cmd_zero_shot(args: argparse.Namespace) -> None:
     ds = load_dataset(args.dataset or meta["dataset"]["path"], domain)
     obs, rewards = labelled_states(ds, domain, model.cfg.reward_samples, args.seed, progress=True)
     tasks = args.task or list(rewards)
+    unknown_tasks = [t for t in tasks if t not in rewards]
+    if unknown_tasks:
+        raise ConfigError(
+            f"unknown {domain} task {unknown_tasks[0]!r}; valid: {', '.join(rewards)}"
+        )
     rng = np.random.default_rng(args.seed)
 
-    def random_policy(o: np.ndarray) -> np.ndarray:
+    def random_policy(o: np.ndarray, episodes: np.ndarray) -> np.ndarray:
         return rng.uniform(-1, 1, (len(o), model.action_dim)).astype(np.float32)
 
     dynamics = "nominal" if args.perturbation is None else f"{args.perturbation}={args.level:g}"
@@ -112,8 +117,6 @@ def _cmd_zero_shot(args: argparse.Namespace) -> None:
     print(header)
     with RolloutEngine(args.workers) as engine:
         for task in tasks:
-            if task not in rewards:
-                raise ConfigError(f"unknown {domain} task {task!r}; valid: {', '.join(rewards)}")
             spec = EnvSpec(domain, task, args.perturbation, args.level)
             z = infer_z(model, obs, rewards[task])
             res = engine.run(spec, policy(model, z), args.episodes, seed=args.seed)

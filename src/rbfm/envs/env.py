@@ -16,7 +16,7 @@ from rbfm.errors import ConfigError
 
 def flatten_observation(observation: dict[str, Any]) -> np.ndarray:
     """Concatenates a dm_control observation dict in its own key order, as float32."""
-    return np.concatenate([np.ravel(v) for v in observation.values()]).astype(np.float32)
+    return np.concatenate([np.ravel(v) for v in observation.values()], dtype=np.float32)
 
 
 class RbfmEnv(dm_env.Environment):  # type: ignore[misc]

@@ -22,8 +22,10 @@ from dm_control.rl.control import PhysicsError
 
 from rbfm.envs import RbfmEnv, make_env
 
-# Maps the observations of the running episodes (n, obs_dim) to actions (n, action_dim).
-Policy = Callable[[np.ndarray], np.ndarray]
+# Maps the observations of the running episodes (n, obs_dim) and their indices in the
+# batch (n,) to actions (n, action_dim); the indices let one call serve episodes that
+# run different task vectors.
+Policy = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -52,17 +54,19 @@ class _Shard:
     def __init__(self) -> None:
         self._envs: dict[EnvSpec, list[RbfmEnv]] = {}
 
-    def reset(self, spec: EnvSpec, seeds: Sequence[tuple[int, int]]) -> np.ndarray:
-        pool = self._envs.setdefault(spec, [])
-        while len(pool) < len(seeds):
-            pool.append(make_env(spec.domain, spec.task, spec.perturbation, spec.level))
-        self.active = pool[: len(seeds)]
-        obs = []
-        for env, seed in zip(self.active, seeds, strict=True):
+    def reset(self, episodes: Sequence[tuple[EnvSpec, tuple[int, int]]]) -> np.ndarray:
+        used: dict[EnvSpec, int] = {}
+        self.active = []
+        for spec, seed in episodes:
+            pool = self._envs.setdefault(spec, [])
+            k = used[spec] = used.get(spec, 0) + 1
+            if len(pool) < k:
+                pool.append(make_env(spec.domain, spec.task, spec.perturbation, spec.level))
+            env = pool[k - 1]
             env.reseed(np.random.SeedSequence(seed))
-            obs.append(env.reset().observation)
-        self.alive = np.ones(len(seeds), bool)
-        return np.stack(obs)
+            self.active.append(env)
+        self.alive = np.ones(len(episodes), bool)
+        return np.stack([env.reset().observation for env in self.active])
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Steps the live episodes; returns (obs, reward, done, unstable) for all of them."""
@@ -72,13 +76,14 @@ class _Shard:
         for i in np.flatnonzero(self.alive):
             try:
                 ts = self.active[i].step(actions[i])
-                ok = np.isfinite(ts.observation).all() and np.isfinite(ts.reward)
             except PhysicsError:
-                ok = False
-            if ok:
-                obs[i], reward[i], done[i] = ts.observation, ts.reward, ts.last()
-            else:
                 done[i] = unstable[i] = True
+                continue
+            obs[i], reward[i], done[i] = ts.observation, ts.reward, ts.last()
+        # A diverged state can also surface as non-finite numbers without a warning.
+        bad = self.alive & ~(np.isfinite(obs).all(1) & np.isfinite(reward))
+        done |= bad
+        unstable |= bad
         self.alive &= ~done
         return obs, reward, done, unstable
 
@@ -147,21 +152,39 @@ class RolloutEngine:
             results.append(value)
         return results
 
-    def run(self, spec: EnvSpec, policy: Policy, episodes: int, seed: int = 0) -> RolloutResult:
-        """Episode k starts from the initial state of seed (seed, k), whatever the workers."""
+    def run(
+        self,
+        spec: EnvSpec | Sequence[EnvSpec],
+        policy: Policy,
+        episodes: int | None = None,
+        seed: int = 0,
+    ) -> RolloutResult:
+        """Runs `episodes` episodes of `spec`, or one episode per entry of a list of specs.
+
+        The k-th episode of each spec starts from the initial state of seed (seed, k),
+        whatever the workers and whatever else shares the batch.
+        """
         start = time.perf_counter()
-        shards = np.array_split(np.arange(episodes), max(self.workers, 1))
+        specs = [spec] * (episodes or 0) if isinstance(spec, EnvSpec) else list(spec)
+        if not specs:
+            raise ValueError("no episodes to run")
+        count: dict[EnvSpec, int] = {}
+        plan = []
+        for s in specs:
+            count[s] = count.get(s, 0) + 1
+            plan.append((s, (seed, count[s] - 1)))
+        n = len(plan)
+        shards = np.array_split(np.arange(n), max(self.workers, 1))
         if any(len(s) == 0 for s in shards):
-            raise ValueError(f"{episodes} episodes cannot be split over {self.workers} workers")
-        obs = np.concatenate(
-            self._call("reset", [(spec, [(seed, int(k)) for k in s]) for s in shards])
-        )
-        returns, lengths = np.zeros(episodes), np.zeros(episodes, np.int64)
-        unstable, alive = np.zeros(episodes, bool), np.ones(episodes, bool)
+            raise ValueError(f"{n} episodes cannot be split over {self.workers} workers")
+        obs = np.concatenate(self._call("reset", [([plan[i] for i in s],) for s in shards]))
+        returns, lengths = np.zeros(n), np.zeros(n, np.int64)
+        unstable, alive = np.zeros(n, bool), np.ones(n, bool)
         while alive.any():
-            act = policy(obs[alive])
-            actions = np.zeros((episodes, act.shape[-1]), np.float32)
-            actions[alive] = act
+            idx = np.flatnonzero(alive)
+            act = policy(obs[idx], idx)
+            actions = np.zeros((n, act.shape[-1]), np.float32)
+            actions[idx] = act
             results = self._call("step", [(actions[s],) for s in shards])
             new_obs, reward, done, bad = (np.concatenate(x) for x in zip(*results, strict=True))
             returns[alive] += reward[alive]

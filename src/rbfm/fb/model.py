@@ -53,7 +53,7 @@ class FBModel(nn.Module):
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """The deterministic policy pi_z(s) (mean action), for evaluation."""
+        """The deterministic policy pi_z(s) (mean action); z is (d,), (1, d) or (N, d)."""
         return self.actor(obs, z.expand(obs.shape[0], -1))
 
     @torch.no_grad()

@@ -176,14 +176,13 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
     tb = SummaryWriter(str(run / "tb"), purge_step=step)
 
     def evaluate(engine: RolloutEngine) -> float:
+        # All tasks in one lockstep batch: one policy call per step serves every episode.
         model.eval()
-        returns = {}
-        for task in tasks:
-            z = infer_z(model, eval_obs, eval_rewards[task])
-            result = engine.run(
-                EnvSpec(domain, task), policy(model, z), fb.eval_episodes, seed=EVAL_SEED
-            )
-            returns[task] = result.returns
+        k = fb.eval_episodes
+        z = torch.stack([infer_z(model, eval_obs, eval_rewards[t]) for t in tasks])
+        specs = [EnvSpec(domain, t) for t in tasks for _ in range(k)]
+        result = engine.run(specs, policy(model, z.repeat_interleave(k, 0)), seed=EVAL_SEED)
+        returns = {t: result.returns[i * k : (i + 1) * k] for i, t in enumerate(tasks)}
         model.train()
         score = iqm(np.concatenate(list(returns.values())))
         eval_log.write(
