@@ -123,3 +123,11 @@ def test_rerun_with_other_settings_is_refused(dataset: Path, tmp_path: Path) -> 
     other = PretrainConfig(dataset=str(dataset), out=str(tmp_path), preset="tiny", seed=3)
     with pytest.raises(ConfigError, match="seed"):
         pretrain(other, progress=False)
+
+
+def test_plot_of_a_run(dataset: Path, tmp_path: Path) -> None:
+    from rbfm.evaluation.plots import plot_pretraining
+
+    run = pretrain(_cfg(dataset, tmp_path / "run", 40), progress=False)
+    png = plot_pretraining(run, tmp_path / "curve.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

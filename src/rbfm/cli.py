@@ -130,6 +130,14 @@ def _cmd_zero_shot(args: argparse.Namespace) -> None:
             print(line)
 
 
+def _cmd_plot(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    from rbfm.evaluation.plots import plot_pretraining
+
+    print(f"wrote {plot_pretraining(Path(args.run), Path(args.out))}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from rbfm.envs import DOMAINS
     from rbfm.exploration import AGENTS, RND_PRESETS
@@ -240,6 +248,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None)
     p.add_argument("--workers", type=int, default=0)
     p.set_defaults(func=_cmd_zero_shot)
+
+    p = sub.add_parser("plot", help="plot a pretraining run's IQM curve to a PNG")
+    p.add_argument("run", help="pretraining run directory")
+    p.add_argument("--out", required=True, help="PNG file to write")
+    p.set_defaults(func=_cmd_plot)
 
     p = sub.add_parser("info", help="summarise a dataset, with every task's relabelled rewards")
     p.add_argument("path", help="a buffer directory or any directory above it")
