@@ -1,0 +1,111 @@
+"""The robust dual objectives as pure functions, shared by RBFM and the baselines.
+
+RBFM-Light / DRBC (Propositions 1-2): the worst case of E[l] over a TV ball of
+radius eps around the nominal distribution equals
+    min_lambda  g(lambda) = E[(l - lambda)_+] + eps (max l - lambda)_+ + lambda.
+g is convex and piecewise linear with kinks at the losses, so its minimiser is
+found exactly by sorting them.
+
+RBFM-Heavy / BE-DROIL (Section 3.2): with c = l(s) + gamma Q(s', a') - Q(s, a),
+the critic minimises over (Q, tau >= 0)
+    (1 - gamma) E_mu[Q(s0, a0)] + eps tau + E[w* c - tau f(w*)],
+w* = max(0, (f')^{-1}(c / tau)); the task vector (or policy) then minimises
+E[sg(w*) l]. (The paper's Algorithm 3 writes the last term with eps for tau and
+the sign of f flipped; this is the equation of Section 3.2.)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rbfm.inference.divergences import Divergence
+
+
+def _mean(x: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    return x.mean() if weights is None else (weights * x).sum() / weights.sum()
+
+
+def light_worst_case(
+    losses: torch.Tensor, eps: float, weights: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q*, lambda*): the worst-case distribution over the TV ball and g's minimiser.
+
+    One sort, no solver: the adversary moves eps of mass (at most all the mass not
+    already there) from the smallest losses onto the largest one. Walking down the
+    sorted losses, each point keeps its nominal mass until the total reaches 1;
+    lambda* is the loss where that happens (the kink where g's slope
+    1 - eps - P(l > lambda) changes sign), so min_lambda g = g(lambda*) = E_q*[l].
+    """
+    with torch.no_grad():
+        flat = losses.detach().flatten()
+        p = (
+            torch.full_like(flat, 1 / len(flat))
+            if weights is None
+            else weights.detach().flatten().to(flat) / weights.sum()
+        )
+        ls, order = flat.sort(descending=True)
+        ps = p[order]
+        moved = min(eps, 1 - float(ps[0]))
+        budget = 1 - moved - (torch.cumsum(ps, 0) - ps)  # what is left for point i
+        qs = torch.minimum(budget.clamp(min=0), ps)
+        qs[0] = ps[0] + moved
+        q = torch.empty_like(qs).scatter_(0, order, qs).reshape(losses.shape)
+        lam = ls[(qs > 0).nonzero().max()]
+    return q, lam
+
+
+def light_objective(
+    losses: torch.Tensor, eps: float, weights: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(g(lambda*), lambda*): the TV-ball worst case, differentiable in the losses.
+
+    The value is computed in its primal form E_q*[l], which equals
+    g(lambda*) = E[(l - lambda*)_+] + eps (max l - lambda*)_+ + lambda* (tested), so
+    that its gradient is q* itself (Danskin's theorem on max_q E_q[l]), also where
+    losses tie, where differentiating g with lambda* held fixed would not be.
+    """
+    q, lam = light_worst_case(losses, eps, weights)
+    return (q * losses).sum(), lam
+
+
+def light_dual(
+    losses: torch.Tensor, lam: torch.Tensor | float, eps: float, weights: torch.Tensor | None = None
+) -> torch.Tensor:
+    """g(lambda) of Proposition 1 (for checks and plots; training uses light_objective)."""
+    return _mean(torch.relu(losses - lam), weights) + eps * torch.relu(losses.max() - lam) + lam
+
+
+def heavy_residual(
+    loss: torch.Tensor, q: torch.Tensor, q_next: torch.Tensor, gamma: float
+) -> torch.Tensor:
+    """c = l(s) + gamma Q(s', a') - Q(s, a)."""
+    return loss + gamma * q_next - q
+
+
+def heavy_critic_loss(
+    q0: torch.Tensor,
+    c: torch.Tensor,
+    tau: torch.Tensor,
+    eps: float,
+    gamma: float,
+    divergence: Divergence,
+    weights: torch.Tensor | None = None,
+    q0_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The dual in (Q, tau) at the closed-form w*, and w* itself (detached).
+
+    By Danskin's theorem the gradient of the inner maximum is its gradient at the
+    maximiser, so w* is computed without gradient. `weights` (optional) are the
+    nominal probabilities of the transitions when the expectation is exact.
+    """
+    w = divergence.w_star(c.detach(), tau.detach()).detach()
+    inner = w * c - tau * divergence.f(w)
+    value = (1 - gamma) * _mean(q0, q0_weights) + eps * tau + _mean(inner, weights)
+    return value, w
+
+
+def heavy_policy_loss(
+    w: torch.Tensor, loss: torch.Tensor, weights: torch.Tensor | None = None
+) -> torch.Tensor:
+    """E[sg(w*) l]: the imitation loss under the worst-case occupancy."""
+    return _mean(w.detach() * loss, weights)

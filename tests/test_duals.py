@@ -1,0 +1,236 @@
+"""The robust duals against their primal problems, solved exactly.
+
+Light: the dual at the sorted-loss lambda equals the worst case over the TV ball
+(a linear program) and a brute-force minimisation over lambda.
+Heavy: on random finite MDPs, the dual minimised over (Q, tau) with the closed-form
+w* equals the primal maximum over occupancies that satisfy the Bellman flow
+constraints and the f-divergence ball (a convex program), for SoftTV and KL.
+"""
+
+from __future__ import annotations
+
+import math
+
+import cvxpy as cp
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import linprog, minimize_scalar
+
+from rbfm.inference import (
+    DIVERGENCES,
+    get_divergence,
+    heavy_critic_loss,
+    heavy_policy_loss,
+    heavy_residual,
+    light_dual,
+    light_objective,
+)
+
+# ------------------------------------------------------------------ RBFM-Light
+
+
+def _tv_worst_case(losses: np.ndarray, p: np.ndarray, eps: float) -> tuple[float, np.ndarray]:
+    """max_q E_q[l] s.t. q a distribution and TV(q, p) = 0.5 |q - p|_1 <= eps."""
+    n = len(losses)
+    # variables [q (n), t (n)] with t >= |q - p|
+    c = np.concatenate([-losses, np.zeros(n)])
+    eye = np.eye(n)
+    a_ub = np.block([[eye, -eye], [-eye, -eye], [np.zeros((1, n)), 0.5 * np.ones((1, n))]])
+    b_ub = np.concatenate([p, -p, [eps]])
+    a_eq = np.concatenate([np.ones(n), np.zeros(n)])[None]
+    res = linprog(c, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=[1.0], bounds=[(0, None)] * (2 * n))
+    assert res.status == 0
+    return float(-res.fun), res.x[:n]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("eps", [0.05, 0.3, 0.8])
+def test_light_dual_equals_the_tv_worst_case(seed: int, eps: float) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 40))
+    losses = rng.exponential(1.0, n) * (rng.random(n) < 0.8)  # ties at 0 included
+    uniform = seed % 2 == 0
+    p = np.full(n, 1 / n) if uniform else rng.dirichlet(np.ones(n))
+    weights = None if uniform else torch.tensor(p)
+    loss_t = torch.tensor(losses, requires_grad=True)
+    value, lam = light_objective(loss_t, eps, weights)
+    worst, _ = _tv_worst_case(losses, p, eps)
+    assert float(value.detach()) == pytest.approx(worst, abs=1e-9)
+    # Its gradient is a worst-case distribution: it attains the worst case itself.
+    value.backward()
+    assert loss_t.grad is not None
+    grad = loss_t.grad.numpy()
+    assert grad.min() >= -1e-12 and grad.sum() == pytest.approx(1.0)
+    assert 0.5 * np.abs(grad - p).sum() <= eps + 1e-9 and grad @ losses == pytest.approx(worst)
+
+    def g(x: float) -> float:
+        return float(p @ np.maximum(losses - x, 0) + eps * max(losses.max() - x, 0) + x)
+
+    grid = np.linspace(losses.min() - 1, losses.max() + 1, 20001)
+    brute = min(g(x) for x in grid)
+    assert float(value.detach()) <= brute + 1e-12
+    assert float(value.detach()) == pytest.approx(brute, abs=1e-3)
+    assert g(float(lam)) == pytest.approx(float(value.detach()), abs=1e-12)
+    g_rbfm = light_dual(torch.tensor(losses), float(lam), eps, weights)
+    assert float(g_rbfm) == pytest.approx(float(value.detach()), abs=1e-12)
+    assert 0 <= float(lam) <= (1 + eps) * losses.max()  # Proposition 2's interval
+
+
+def test_light_gradient_when_the_ball_reaches_a_point_mass_on_the_max() -> None:
+    losses = torch.tensor([0.1, 0.5, 2.0, 0.3], requires_grad=True)
+    value, lam = light_objective(losses, 0.8)
+    value.backward()
+    # eps = 0.8 > the 0.75 held by the other points: the worst case is all on the max.
+    assert float(lam) == 2.0 and float(value.detach()) == pytest.approx(2.0)
+    assert losses.grad is not None
+    assert losses.grad.tolist() == pytest.approx([0.0, 0.0, 1.0, 0.0], abs=1e-12)
+
+
+# ------------------------------------------------------------ divergences, w*
+
+
+@pytest.mark.parametrize("name", list(DIVERGENCES))
+def test_w_star_is_the_pointwise_argmax(name: str) -> None:
+    div = get_divergence(name)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        tau = float(rng.uniform(0.2, 3.0))
+        upper = 0.49 if name == "soft_tv" else 2.0
+        c = float(rng.uniform(-1.5, upper)) * tau
+        w = float(div.w_star(torch.tensor(c, dtype=torch.float64), tau))
+
+        def neg(x: float, c: float = c, tau: float = tau) -> float:
+            return -(x * c - tau * float(div.f(torch.tensor(x, dtype=torch.float64))))
+
+        best = minimize_scalar(neg, bounds=(0.0, 60.0), method="bounded", options={"xatol": 1e-10})
+        assert w == pytest.approx(best.x, abs=1e-4), (c, tau)
+        assert -neg(w) >= -best.fun - 1e-9
+
+
+def test_soft_tv_three_regimes() -> None:
+    div = get_divergence("soft_tv")
+    f0 = 0.5 * math.tanh(-1)
+    y = torch.tensor([-5.0, f0 - 1e-3, 0.0, 0.3, 0.5, 3.0], dtype=torch.float64)
+    w = div.w_star(y, 1.0)
+    assert w[0] == 0 and w[1] == 0  # below f'(0): the optimum is at w = 0
+    assert float(w[2]) == pytest.approx(1.0)  # f'(1) = 0
+    assert float(w[3]) == pytest.approx(1 + math.atanh(0.6))
+    assert torch.isfinite(w).all() and w[4] > 7 and w[5] == w[4]  # clamped below 1/2
+    np.testing.assert_allclose(div.f_prime(w[2:4]), y[2:4])
+
+
+# ------------------------------------------------------------------ RBFM-Heavy
+
+
+def _mdp(seed: int, S: int = 4, A: int = 2) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    P = rng.dirichlet(np.ones(S) * 0.7, size=(S, A))
+    P[P < 0.05] = 0  # sparse supports, as real transitions have
+    P /= P.sum(-1, keepdims=True)
+    pi = rng.dirichlet(np.ones(A), size=S)
+    mu = rng.dirichlet(np.ones(S))
+    loss = rng.uniform(0, 1, S)
+    return {"P": P, "pi": pi, "mu": mu, "loss": loss}
+
+
+def _nominal_occupancy(m: dict[str, np.ndarray], gamma: float) -> np.ndarray:
+    P, pi, mu = m["P"], m["pi"], m["mu"]
+    P_pi = np.einsum("sa,sat->st", pi, P)
+    d = (1 - gamma) * np.linalg.solve((np.eye(len(mu)) - gamma * P_pi).T, mu)
+    return np.einsum("s,sa,sat->sat", d, pi, P)
+
+
+def _primal(m: dict[str, np.ndarray], gamma: float, eps: float, name: str) -> float:
+    """max_rho sum rho(s,a,s') l(s) over Bellman-flow occupancies in the f-ball."""
+    rho0 = _nominal_occupancy(m, gamma)
+    S, A = m["pi"].shape
+    support = np.argwhere(rho0 > 1e-12)
+    r0 = rho0[tuple(support.T)]
+    rho = cp.Variable(len(support), nonneg=True)
+    ratio = cp.multiply(rho, 1 / r0)
+    if name == "kl":
+        div = cp.sum(cp.multiply(r0, cp.entr(ratio))) * -1  # sum r0 * w log w
+    else:  # 0.5 log cosh(w - 1) = 0.5 (logistic(2(w - 1)) - (w - 1) - log 2)
+        div = 0.5 * cp.sum(
+            cp.multiply(r0, cp.logistic(2 * (ratio - 1)) - (ratio - 1) - math.log(2))
+        )
+    flow = []
+    for s in range(S):
+        for a in range(A):
+            out = [i for i, (s1, a1, _) in enumerate(support) if (s1, a1) == (s, a)]
+            into = [i for i, (_, _, s2) in enumerate(support) if s2 == s]
+            rhs = (1 - gamma) * m["mu"][s] * m["pi"][s, a]
+            rhs = rhs + gamma * m["pi"][s, a] * (cp.sum(rho[into]) if into else 0)
+            flow.append((cp.sum(rho[out]) if out else 0) == rhs)
+    problem = cp.Problem(cp.Maximize(m["loss"][support[:, 0]] @ rho), [*flow, div <= eps])
+    problem.solve(solver=cp.CLARABEL)
+    assert problem.status == "optimal"
+    return float(problem.value)
+
+
+def _dual(m: dict[str, np.ndarray], gamma: float, eps: float, name: str) -> float:
+    """min over a tabular Q and tau > 0 of rbfm's heavy_critic_loss with exact weights."""
+    rho0 = torch.tensor(_nominal_occupancy(m, gamma))
+    S, A = m["pi"].shape
+    idx = rho0.nonzero()
+    s, a, s2 = idx.T
+    weights = rho0[s, a, s2]
+    pi, mu = torch.tensor(m["pi"]), torch.tensor(m["mu"])
+    loss = torch.tensor(m["loss"])[s]
+    q_table = torch.zeros(S, A, dtype=torch.float64, requires_grad=True)
+    log_tau = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    div = get_divergence(name)
+    opt = torch.optim.LBFGS(
+        [q_table, log_tau],
+        max_iter=2000,
+        tolerance_grad=1e-12,
+        tolerance_change=1e-15,
+        history_size=50,
+        line_search_fn="strong_wolfe",
+    )
+
+    def objective() -> torch.Tensor:
+        q_next = (pi * q_table).sum(-1)[s2]  # E_{a' ~ pi(s')} Q(s', a')
+        c = heavy_residual(loss, q_table[s, a], q_next, gamma)
+        value, _ = heavy_critic_loss(
+            q_table.flatten(),
+            c,
+            log_tau.exp(),
+            eps,
+            gamma,
+            div,
+            weights=weights,
+            q0_weights=(mu[:, None] * pi).flatten(),
+        )
+        return value
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        value = objective()
+        value.backward()
+        return value
+
+    for _ in range(5):
+        opt.step(closure)
+    return float(objective().detach())
+
+
+@pytest.mark.parametrize("name", ["soft_tv", "kl"])
+@pytest.mark.parametrize("seed", range(3))
+def test_heavy_dual_equals_the_robust_primal(name: str, seed: int) -> None:
+    m, gamma, eps = _mdp(seed), 0.9, 0.05
+    primal, dual = _primal(m, gamma, eps, name), _dual(m, gamma, eps, name)
+    nominal = float((_nominal_occupancy(m, gamma).sum((1, 2)) * m["loss"]).sum())
+    assert primal > nominal + 1e-3  # the adversary gains: the ball constraint binds
+    assert dual == pytest.approx(primal, rel=1e-5, abs=1e-7)
+
+
+def test_heavy_policy_loss_weights_losses_without_gradient_to_w() -> None:
+    w = torch.tensor([0.0, 2.0, 1.0], requires_grad=True)
+    loss = torch.tensor([1.0, 3.0, 5.0], requires_grad=True)
+    value = heavy_policy_loss(w, loss)
+    value.backward()
+    assert float(value) == pytest.approx((0 + 6 + 5) / 3)
+    assert w.grad is None and loss.grad is not None
+    assert loss.grad.tolist() == pytest.approx([0.0, 2 / 3, 1 / 3])
