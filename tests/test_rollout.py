@@ -76,3 +76,25 @@ def test_a_mixed_batch_equals_separate_runs() -> None:
     np.testing.assert_allclose(
         together.returns, np.concatenate([r.returns for r in alone]), rtol=1e-12
     )
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_recorded_trajectories_are_the_episodes_that_ran(workers: int) -> None:
+    from rbfm.data import relabel
+
+    with RolloutEngine(workers) as engine:
+        res = engine.run(EnvSpec("walker", "walk"), _linear_policy, 2, seed=1, record=True)
+    assert res.trajectories is not None and len(res.trajectories) == 2
+    for traj, ret in zip(res.trajectories, res.returns, strict=True):
+        assert traj["observation"].shape == (1001, 24) and traj["physics"].shape == (1001, 18)
+        assert traj["action"].shape == (1000, 6) and traj["reward"].shape == (1000,)
+        assert traj["reward"].sum() == pytest.approx(ret)
+        np.testing.assert_allclose(
+            traj["action"], _linear_policy(traj["observation"][:-1]), rtol=1e-6
+        )
+        # The physics rows are the states the rewards were computed at.
+        np.testing.assert_allclose(
+            relabel(traj["physics"][1:], "walker", "walk", progress=False),
+            traj["reward"],
+            atol=1e-9,
+        )

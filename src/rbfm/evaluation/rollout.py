@@ -42,6 +42,9 @@ class RolloutResult:
     lengths: np.ndarray
     unstable: np.ndarray  # bool: ended early by a physics failure
     seconds: float
+    # With record=True, per episode: observation and physics (T+1 rows, row 0 the
+    # reset, as in ExORL), action and reward (T rows).
+    trajectories: list[dict[str, np.ndarray]] | None = None
 
     @property
     def env_steps(self) -> int:
@@ -54,7 +57,10 @@ class _Shard:
     def __init__(self) -> None:
         self._envs: dict[EnvSpec, list[RbfmEnv]] = {}
 
-    def reset(self, episodes: Sequence[tuple[EnvSpec, tuple[int, int]]]) -> np.ndarray:
+    def reset(
+        self, episodes: Sequence[tuple[EnvSpec, tuple[int, int]]], record: bool = False
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        self.record = record
         used: dict[EnvSpec, int] = {}
         self.active = []
         for spec, seed in episodes:
@@ -66,10 +72,18 @@ class _Shard:
             env.reseed(np.random.SeedSequence(seed))
             self.active.append(env)
         self.alive = np.ones(len(episodes), bool)
-        return np.stack([env.reset().observation for env in self.active])
+        obs = np.stack([env.reset().observation for env in self.active])
+        return obs, self._physics()
 
-    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Steps the live episodes; returns (obs, reward, done, unstable) for all of them."""
+    def _physics(self) -> np.ndarray | None:
+        if not self.record:
+            return None
+        return np.stack([env.physics.get_state() for env in self.active])
+
+    def step(
+        self, actions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """Steps the live episodes: (obs, reward, done, unstable, physics or None)."""
         n = len(self.active)
         obs = np.zeros((n, self.active[0].spec.obs_dim), np.float32)
         reward, done, unstable = np.zeros(n), np.zeros(n, bool), np.zeros(n, bool)
@@ -85,7 +99,25 @@ class _Shard:
         done |= bad
         unstable |= bad
         self.alive &= ~done
-        return obs, reward, done, unstable
+        return obs, reward, done, unstable, self._physics()
+
+
+def _trajectories(
+    history: list[tuple[np.ndarray, ...]], lengths: np.ndarray
+) -> list[dict[str, np.ndarray]]:
+    obs = np.stack([h[0] for h in history], 1)
+    physics = np.stack([h[1] for h in history], 1)
+    actions = np.stack([h[2] for h in history[1:]], 1)
+    rewards = np.stack([h[3] for h in history[1:]], 1)
+    return [
+        {
+            "observation": obs[i, : t + 1],
+            "physics": physics[i, : t + 1],
+            "action": actions[i, :t],
+            "reward": rewards[i, :t],
+        }
+        for i, t in enumerate(lengths)
+    ]
 
 
 def _worker(conn: Connection) -> None:
@@ -158,6 +190,7 @@ class RolloutEngine:
         policy: Policy,
         episodes: int | None = None,
         seed: int = 0,
+        record: bool = False,
     ) -> RolloutResult:
         """Runs `episodes` episodes of `spec`, or one episode per entry of a list of specs.
 
@@ -177,7 +210,11 @@ class RolloutEngine:
         shards = np.array_split(np.arange(n), max(self.workers, 1))
         if any(len(s) == 0 for s in shards):
             raise ValueError(f"{n} episodes cannot be split over {self.workers} workers")
-        obs = np.concatenate(self._call("reset", [([plan[i] for i in s],) for s in shards]))
+        first = self._call("reset", [([plan[i] for i in s], record) for s in shards])
+        obs = np.concatenate([o for o, _ in first])
+        history: list[tuple[np.ndarray, ...]] = []
+        if record:
+            history.append((obs, np.concatenate([p for _, p in first])))
         returns, lengths = np.zeros(n), np.zeros(n, np.int64)
         unstable, alive = np.zeros(n, bool), np.ones(n, bool)
         while alive.any():
@@ -186,10 +223,14 @@ class RolloutEngine:
             actions = np.zeros((n, act.shape[-1]), np.float32)
             actions[idx] = act
             results = self._call("step", [(actions[s],) for s in shards])
-            new_obs, reward, done, bad = (np.concatenate(x) for x in zip(*results, strict=True))
+            new_obs, reward, done, bad = (np.concatenate([r[k] for r in results]) for k in range(4))
             returns[alive] += reward[alive]
             lengths[alive] += ~bad[alive]
             unstable |= bad
             obs = np.where(alive[:, None], new_obs, obs)
             alive &= ~done
-        return RolloutResult(returns, lengths, unstable, time.perf_counter() - start)
+            if record:
+                physics = np.concatenate([r[4] for r in results])
+                history.append((obs, physics, actions, reward))
+        trajectories = _trajectories(history, lengths) if record else None
+        return RolloutResult(returns, lengths, unstable, time.perf_counter() - start, trajectories)

@@ -1,0 +1,49 @@
+"""FB-IL: behavioural cloning in the task space of a frozen FB model.
+
+Minimises E||pi_z(s) + noise - a||^2 over z alone, with z kept on the sqrt(d)
+sphere (the actor only saw such z in pretraining), from the warm start z_w.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from rbfm.fb.model import FBModel
+from rbfm.fb.networks import project
+from rbfm.inference.common import InferenceResult, batches, imitation_losses, prepare, sphere
+from rbfm.inference.demos import Demos
+
+
+@dataclass(frozen=True)
+class FBILConfig:
+    """Table 5."""
+
+    steps: int = 3000
+    lr: float = 1e-3
+    batch_size: int = 512
+    noise_std: float = 0.1
+    trace_every: int = 10
+
+
+def infer(model: FBModel, demos: Demos, cfg: FBILConfig, seed: int) -> InferenceResult:
+    data = prepare(model, demos)
+    gen = torch.Generator(data.obs.device).manual_seed(seed)
+    z = data.z_w.clone().requires_grad_(True)
+    opt = torch.optim.Adam([z], lr=cfg.lr)
+    result = InferenceResult("fbil", z)
+    for step, idx in enumerate(
+        batches(len(data.obs), cfg.batch_size, cfg.steps, gen, data.obs.device)
+    ):
+        loss = imitation_losses(model, data, idx, z, cfg.noise_std, gen).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sphere(z, model.radius)
+        if step % cfg.trace_every == 0:
+            result.trace.append(float(loss.detach()))
+    result.z = project(z.detach(), model.radius)
+    result.steps, result.seconds = cfg.steps, time.perf_counter() - data.started
+    return result

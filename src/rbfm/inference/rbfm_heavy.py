@@ -1,0 +1,102 @@
+"""RBFM-Heavy (Section 3.2, Algorithm 3 with the critic loss of Section 3.2).
+
+A critic Q(s, a) = MLP(64, 64) on the frozen features F(s, a, z_w) (both heads,
+concatenated) and tau >= 0 minimise the dual
+    (1 - gamma) E_mu[Q(s0, a0)] + eps tau + E[w* c - tau f(w*)],
+c = l_z(s) + gamma Q(s', a') - Q(s, a), w* = max(0, (f')^{-1}(c / tau)); then z
+takes a step on E[sg(w*) l_z(s)]. The two alternate 1:1. Every demonstration state
+is an initial state (mu). The features do not depend on z, so they are computed
+once; each step costs one actor pass, like FB-IL.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from rbfm.fb.model import FBModel
+from rbfm.fb.networks import project
+from rbfm.inference.common import InferenceResult, batches, imitation_losses, prepare, sphere
+from rbfm.inference.demos import Demos
+from rbfm.inference.divergences import get_divergence
+from rbfm.inference.duals import heavy_critic_loss, heavy_policy_loss, heavy_residual
+
+_MIN_TAU = 1e-6  # tau is projected onto [_MIN_TAU, inf): w* needs c / tau
+
+
+@dataclass(frozen=True)
+class HeavyConfig:
+    """Table 7."""
+
+    eps: float = 0.8
+    gamma: float = 0.99
+    lr: float = 3e-4
+    steps: int = 5000
+    batch_size: int = 512
+    noise_std: float = 0.1
+    divergence: str = "soft_tv"
+    hidden: int = 64
+    tau_init: float = 1.0
+    trace_every: int = 10
+
+
+def _critic(inp: int, hidden: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Linear(inp, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, hidden),
+        nn.ReLU(),
+        nn.Linear(hidden, 1),
+    )
+
+
+def infer(model: FBModel, demos: Demos, cfg: HeavyConfig, seed: int) -> InferenceResult:
+    divergence = get_divergence(cfg.divergence)
+    data = prepare(model, demos)
+    device = data.obs.device
+    gen = torch.Generator(device).manual_seed(seed)
+    with torch.no_grad():
+        zw = data.z_w.expand(len(data.obs), -1)
+        feat = model.forward_map(data.obs, data.action, zw)
+        next_feat = model.forward_map(data.next_obs, data.next_action, zw)
+        feat = torch.cat(list(feat), -1)  # (N, heads * d)
+        next_feat = torch.cat(list(next_feat), -1)
+    torch.manual_seed(seed)
+    q = _critic(feat.shape[-1], cfg.hidden).to(device)
+    tau = torch.tensor(cfg.tau_init, device=device, requires_grad=True)
+    critic_opt = torch.optim.Adam([*q.parameters(), tau], lr=cfg.lr)
+    z = data.z_w.clone().requires_grad_(True)
+    z_opt = torch.optim.Adam([z], lr=cfg.lr)
+    result = InferenceResult("rbfm-heavy", z)
+    n = len(data.obs)
+    idx_all = batches(n, cfg.batch_size, cfg.steps, gen, device)
+    init_all = batches(n, cfg.batch_size, cfg.steps, gen, device)  # every state is initial
+    for step in range(cfg.steps):
+        idx, init = idx_all[step], init_all[step]
+        losses = imitation_losses(model, data, idx, z, cfg.noise_std, gen)
+
+        c = heavy_residual(losses.detach(), q(feat[idx])[:, 0], q(next_feat[idx])[:, 0], cfg.gamma)
+        value, _ = heavy_critic_loss(q(feat[init])[:, 0], c, tau, cfg.eps, cfg.gamma, divergence)
+        critic_opt.zero_grad(set_to_none=True)
+        value.backward()
+        critic_opt.step()
+        with torch.no_grad():
+            tau.clamp_(min=_MIN_TAU)
+            c = heavy_residual(
+                losses.detach(), q(feat[idx])[:, 0], q(next_feat[idx])[:, 0], cfg.gamma
+            )
+            w = divergence.w_star(c, tau)
+        z_loss = heavy_policy_loss(w, losses)
+        z_opt.zero_grad(set_to_none=True)
+        z_loss.backward()
+        z_opt.step()
+        sphere(z, model.radius)
+        if step % cfg.trace_every == 0:
+            result.trace.append(float(value.detach()))
+    result.z = project(z.detach(), model.radius)
+    result.steps, result.seconds = cfg.steps, time.perf_counter() - data.started
+    result.extra.update(tau=float(tau.detach()), mean_w=float(w.mean()))
+    return result
