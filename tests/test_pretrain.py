@@ -131,3 +131,106 @@ def test_plot_of_a_run(dataset: Path, tmp_path: Path) -> None:
     run = pretrain(_cfg(dataset, tmp_path / "run", 40), progress=False)
     png = plot_pretraining(run, tmp_path / "curve.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
+def test_cli_pipeline_from_pretraining_to_a_sweep(
+    dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rbfm.cli import main
+
+    run = pretrain(_cfg(dataset, tmp_path / "run", 40), progress=False)
+    assert (
+        main(
+            ["zero-shot", "--checkpoint", str(run), "--episodes", "2", "--random", "--task", "run"]
+        )
+        == 0
+    )
+    assert "run " in capsys.readouterr().out
+    demos = tmp_path / "demos.npz"
+    assert (
+        main(
+            [
+                "demos",
+                "--checkpoint",
+                str(run),
+                "--task",
+                "walk",
+                "--episodes",
+                "4",
+                "--out",
+                str(demos),
+            ]
+        )
+        == 0
+    )
+    zs = []
+    for method in ("fbil", "rbfm-light", "rbfm-heavy"):
+        z = tmp_path / f"{method}.json"
+        assert (
+            main(
+                [
+                    "infer",
+                    "--checkpoint",
+                    str(run),
+                    "--demos",
+                    str(demos),
+                    "--method",
+                    method,
+                    "--steps",
+                    "20",
+                    "--num-demos",
+                    "2",
+                    "--out",
+                    str(z),
+                ]
+            )
+            == 0
+        )
+        zs.append(str(z))
+    table = tmp_path / "sweep.csv"
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(run),
+                "--z",
+                *zs,
+                "--task",
+                "walk",
+                "--perturbation",
+                "actuator_strength",
+                "--levels",
+                "0",
+                "30",
+                "--episodes",
+                "2",
+                "--out",
+                str(table),
+            ]
+        )
+        == 0
+    )
+    rows = _csv(table)
+    assert [(r["method"], r["level"]) for r in rows] == [
+        (m, lvl) for lvl in ("0.0", "30.0") for m in ("fbil", "rbfm-light", "rbfm-heavy")
+    ]
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(run),
+                "--z",
+                zs[0],
+                "--task",
+                "walk",
+                "--perturbation",
+                "actuator_strength",
+                "--levels",
+                "31",
+            ]
+        )
+        == 2
+    )
+    assert "outside the range" in capsys.readouterr().err

@@ -6,6 +6,7 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -131,11 +132,104 @@ def _cmd_zero_shot(args: argparse.Namespace) -> None:
 
 
 def _cmd_plot(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
     from rbfm.evaluation.plots import plot_pretraining
 
     print(f"wrote {plot_pretraining(Path(args.run), Path(args.out))}")
+
+
+def _cmd_demos(args: argparse.Namespace) -> None:
+    from rbfm.data import load_dataset
+    from rbfm.evaluation import mean_ci
+    from rbfm.fb.checkpoint import load_checkpoint
+    from rbfm.fb.zero_shot import infer_z, labelled_states
+    from rbfm.inference import generate_demos, save_demos
+
+    model, meta = load_checkpoint(args.checkpoint, device=args.device)
+    domain = meta["domain"]
+    ds = load_dataset(args.dataset or meta["dataset"]["path"], domain)
+    obs, rewards = labelled_states(ds, domain, model.cfg.reward_samples, args.seed)
+    if args.task not in rewards:
+        raise ConfigError(f"unknown {domain} task {args.task!r}; valid: {', '.join(rewards)}")
+    z = infer_z(model, obs, rewards[args.task])
+    demos = generate_demos(model, domain, args.task, z, args.episodes, args.seed)
+    demos.meta["checkpoint"] = str(args.checkpoint)
+    path = save_demos(args.out, demos)
+    m, h = mean_ci(demos.returns)
+    print(
+        f"wrote {args.episodes} {domain}/{args.task} expert episodes to {path}: "
+        f"return {m:.1f} +- {h:.1f} (95% CI)"
+    )
+
+
+def _cmd_infer(args: argparse.Namespace) -> None:
+    from rbfm.evaluation.sweep import save_z
+    from rbfm.fb.checkpoint import load_checkpoint
+    from rbfm.inference import infer, load_demos
+
+    model, meta = load_checkpoint(args.checkpoint, device=args.device)
+    demos = load_demos(args.demos, domain=meta["domain"]).sample(args.num_demos, args.seed)
+    overrides = {k: v for k, v in (("eps", args.eps), ("steps", args.steps)) if v is not None}
+    if "eps" in overrides and args.method == "fbil":
+        raise ConfigError("--eps applies to rbfm-light and rbfm-heavy only")
+    result = infer(model, demos, args.method, args.seed, **overrides)
+    save_z(
+        args.out,
+        result.z,
+        {
+            "method": args.method,
+            "seed": args.seed,
+            "domain": meta["domain"],
+            "task": demos.task,
+            "checkpoint": str(args.checkpoint),
+            "demos": str(args.demos),
+            "num_demos": args.num_demos,
+            "overrides": overrides,
+            "seconds": result.seconds,
+            "steps": result.steps,
+            "final_objective": result.trace[-1] if result.trace else None,
+            **result.extra,
+        },
+    )
+    print(
+        f"{args.method}: z written to {args.out} ({result.steps} steps, "
+        f"{result.seconds:.1f} s, {result.ms_per_step:.2f} ms/step)"
+    )
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> None:
+    from rbfm.envs import get_perturbation
+    from rbfm.evaluation.sweep import load_z, sweep, write_csv
+    from rbfm.fb.checkpoint import load_checkpoint
+
+    model, meta = load_checkpoint(args.checkpoint, device=args.device)
+    domain = meta["domain"]
+    zs = []
+    for path in args.z:
+        z, info = load_z(path)
+        zs.append((info.get("method", Path(path).stem), z))
+    levels: list[float | None] = [None]
+    if args.perturbation is not None:
+        pert = get_perturbation(domain, args.perturbation)
+        levels = list(args.levels or pert.levels)
+    rows = sweep(model, zs, domain, args.task, args.perturbation, levels, args.episodes, args.seed)
+    print(
+        f"{domain}/{args.task}, {args.perturbation or 'nominal'}: mean return +- 95% CI "
+        f"({args.episodes} episodes per task vector)"
+    )
+    print(f"{'method':<12} {'level':>8} {'return':>18} {'seeds':>6} {'unstable':>9}")
+    for r in rows:
+        level = "-" if r.level is None else f"{r.level:g}"
+        print(
+            f"{r.method:<12} {level:>8} {r.mean:>9.1f} +- {r.ci95:<6.1f} {r.seeds:>6} "
+            f"{r.unstable:>9}"
+        )
+    if args.out:
+        write_csv(
+            args.out,
+            rows,
+            {"domain": domain, "task": args.task, "perturbation": args.perturbation or "none"},
+        )
+        print(f"wrote {args.out}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -248,6 +342,52 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None)
     p.add_argument("--workers", type=int, default=0)
     p.set_defaults(func=_cmd_zero_shot)
+
+    from rbfm.inference import METHODS
+
+    p = sub.add_parser(
+        "demos",
+        help="generate expert demonstrations with a model's "
+        "reward-inferred policy (nominal dynamics)",
+    )
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--task", required=True)
+    p.add_argument("--episodes", type=int, default=200)
+    p.add_argument("--out", required=True, help="demonstrations file (.npz)")
+    p.add_argument("--dataset", default=None, help="default: the model's training dataset")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None)
+    p.set_defaults(func=_cmd_demos)
+
+    p = sub.add_parser("infer", help="infer a task vector z from demonstrations")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--demos", required=True)
+    p.add_argument("--method", required=True, choices=list(METHODS))
+    p.add_argument("--eps", type=float, default=None, help="robustness radius (default 0.8)")
+    p.add_argument("--steps", type=int, default=None, help="default: the paper's")
+    p.add_argument("--num-demos", type=int, default=4, help="episodes drawn per seed")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None)
+    p.add_argument("--out", required=True, help="task-vector file (.json)")
+    p.set_defaults(func=_cmd_infer)
+
+    p = sub.add_parser("evaluate", help="evaluate task vectors under a perturbation sweep")
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--z", nargs="+", required=True, help="task-vector files from `rbfm infer`")
+    p.add_argument("--task", required=True)
+    p.add_argument("--perturbation", default=None, help="family (default: nominal only)")
+    p.add_argument(
+        "--levels",
+        type=float,
+        nargs="+",
+        default=None,
+        help="default: the family's six sweep levels",
+    )
+    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None)
+    p.add_argument("--out", default=None, help="CSV file for the table")
+    p.set_defaults(func=_cmd_evaluate)
 
     p = sub.add_parser("plot", help="plot a pretraining run's IQM curve to a PNG")
     p.add_argument("run", help="pretraining run directory")

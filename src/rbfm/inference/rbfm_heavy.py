@@ -79,16 +79,13 @@ def infer(model: FBModel, demos: Demos, cfg: HeavyConfig, seed: int) -> Inferenc
         losses = imitation_losses(model, data, idx, z, cfg.noise_std, gen)
 
         c = heavy_residual(losses.detach(), q(feat[idx])[:, 0], q(next_feat[idx])[:, 0], cfg.gamma)
-        value, _ = heavy_critic_loss(q(feat[init])[:, 0], c, tau, cfg.eps, cfg.gamma, divergence)
+        # Algorithm 3: w* of this iteration's (Q, tau) serves both updates.
+        value, w = heavy_critic_loss(q(feat[init])[:, 0], c, tau, cfg.eps, cfg.gamma, divergence)
         critic_opt.zero_grad(set_to_none=True)
         value.backward()
         critic_opt.step()
         with torch.no_grad():
             tau.clamp_(min=_MIN_TAU)
-            c = heavy_residual(
-                losses.detach(), q(feat[idx])[:, 0], q(next_feat[idx])[:, 0], cfg.gamma
-            )
-            w = divergence.w_star(c, tau)
         z_loss = heavy_policy_loss(w, losses)
         z_opt.zero_grad(set_to_none=True)
         z_loss.backward()
