@@ -18,13 +18,14 @@ class InferenceResult:
     method: str
     z: torch.Tensor  # on the sqrt(d) sphere
     trace: list[float] = field(default_factory=list)  # objective, every `trace_every` steps
-    seconds: float = 0.0
+    seconds: float = 0.0  # everything, preparation included
+    setup_seconds: float = 0.0  # the once-per-run part: tensors, embeddings, features
     steps: int = 0
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
     def ms_per_step(self) -> float:
-        return 1000 * self.seconds / max(self.steps, 1)
+        return 1000 * (self.seconds - self.setup_seconds) / max(self.steps, 1)
 
 
 @dataclass

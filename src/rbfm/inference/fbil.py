@@ -34,12 +34,13 @@ def infer(model: FBModel, demos: Demos, cfg: FBILConfig, seed: int) -> Inference
     z = data.z_w.clone().requires_grad_(True)
     opt = torch.optim.Adam([z], lr=cfg.lr)
     result = InferenceResult("fbil", z)
+    result.setup_seconds = time.perf_counter() - data.started
     for step, idx in enumerate(
         batches(len(data.obs), cfg.batch_size, cfg.steps, gen, data.obs.device)
     ):
         loss = imitation_losses(model, data, idx, z, cfg.noise_std, gen).mean()
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward(inputs=[z])  # the networks are frozen: no weight gradients
         opt.step()
         sphere(z, model.radius)
         if step % cfg.trace_every == 0:

@@ -71,6 +71,7 @@ def infer(model: FBModel, demos: Demos, cfg: HeavyConfig, seed: int) -> Inferenc
     z = data.z_w.clone().requires_grad_(True)
     z_opt = torch.optim.Adam([z], lr=cfg.lr)
     result = InferenceResult("rbfm-heavy", z)
+    result.setup_seconds = time.perf_counter() - data.started
     n = len(data.obs)
     idx_all = batches(n, cfg.batch_size, cfg.steps, gen, device)
     init_all = batches(n, cfg.batch_size, cfg.steps, gen, device)  # every state is initial
@@ -88,7 +89,7 @@ def infer(model: FBModel, demos: Demos, cfg: HeavyConfig, seed: int) -> Inferenc
             tau.clamp_(min=_MIN_TAU)
         z_loss = heavy_policy_loss(w, losses)
         z_opt.zero_grad(set_to_none=True)
-        z_loss.backward()
+        z_loss.backward(inputs=[z])  # the networks are frozen: no weight gradients
         z_opt.step()
         sphere(z, model.radius)
         if step % cfg.trace_every == 0:

@@ -38,6 +38,7 @@ def infer(model: FBModel, demos: Demos, cfg: LightConfig, seed: int) -> Inferenc
     z = data.z_w.clone().requires_grad_(True)
     opt = torch.optim.Adam([z], lr=cfg.lr)
     result = InferenceResult("rbfm-light", z)
+    result.setup_seconds = time.perf_counter() - data.started
     lam = torch.zeros(())
     for step, idx in enumerate(
         batches(len(data.obs), cfg.batch_size, cfg.steps, gen, data.obs.device)
@@ -45,7 +46,7 @@ def infer(model: FBModel, demos: Demos, cfg: LightConfig, seed: int) -> Inferenc
         losses = imitation_losses(model, data, idx, z, cfg.noise_std, gen)
         value, lam = light_objective(losses, cfg.eps)
         opt.zero_grad(set_to_none=True)
-        value.backward()
+        value.backward(inputs=[z])  # the networks are frozen: no weight gradients
         opt.step()
         sphere(z, model.radius)
         if step % cfg.trace_every == 0:

@@ -1,0 +1,69 @@
+"""Seconds per task of each inference method, and per-step cost relative to FB-IL.
+
+    python benchmarks/inference.py [--presets paper cpu] [--measure 300] [--full]
+
+Models have random weights (the cost is the same), demonstrations are 4 synthetic
+cheetah episodes of 1000 steps. Each method runs with the paper's hyperparameters
+(Tables 5-7); by default `--measure` steps are timed after a warm-up and the time
+for the paper's step count is projected (`--full` runs every step instead).
+Targets on 2 CPU cores, paper-size model: FB-IL <= 60 s, RBFM-Light <= 100 s,
+RBFM-Heavy <= 120 s; Light and Heavy per step <= 1.25x FB-IL.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import torch
+
+from rbfm.fb import FBModel, fb_config
+from rbfm.inference import METHODS, Demos, infer
+
+
+def synthetic_demos(episodes: int = 4, steps: int = 1000) -> Demos:
+    rng = np.random.default_rng(0)
+    rows = episodes * (steps + 1)
+    return Demos(
+        "cheetah",
+        "run",
+        rng.standard_normal((rows, 17)).astype(np.float32),
+        rng.uniform(-1, 1, (episodes * steps, 6)).astype(np.float32),
+        np.zeros((rows, 18)),
+        np.zeros(episodes * steps),
+        np.full(episodes, steps),
+        np.zeros(episodes),
+        {},
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--presets", nargs="+", default=["paper", "cpu"])
+    parser.add_argument("--measure", type=int, default=300, help="timed steps per method")
+    parser.add_argument("--full", action="store_true", help="run the paper's step counts")
+    args = parser.parse_args()
+    demos = synthetic_demos()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
+    print(f"{'preset':<7} {'method':<11} {'steps':>6} {'ms/step':>8} {'x FB-IL':>8} {'s/task':>8}")
+    for preset in args.presets:
+        torch.manual_seed(0)
+        model = FBModel(17, 6, fb_config(preset)).eval()
+        base = None
+        for method, (_, config) in METHODS.items():
+            steps = config().steps
+            measured = steps if args.full else min(args.measure, steps)
+            infer(model, demos, method, steps=20)  # warm-up
+            res = infer(model, demos, method, seed=0, steps=measured)
+            per_step = res.ms_per_step
+            base = base or per_step
+            total = res.setup_seconds + per_step * steps / 1000
+            print(
+                f"{preset:<7} {method:<11} {steps:>6} {per_step:>8.2f} {per_step / base:>7.2f}x "
+                f"{total:>8.1f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
