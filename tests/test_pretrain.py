@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -58,6 +60,9 @@ def test_run_writes_logs_and_checkpoints(dataset: Path, tmp_path: Path) -> None:
     run = pretrain(_cfg(dataset, tmp_path / "run", 80), progress=False)
     for name in ("run.json", "resume.pt", "latest.json", "best.json", "best.safetensors"):
         assert (run / name).exists(), name
+    task_z = json.loads((run / "best.json").read_text())["task_z"]
+    assert sorted(task_z) == ["run", "run_backward", "walk", "walk_backward"]
+    assert all(abs(np.linalg.norm(z) - 8**0.5) < 1e-4 for z in task_z.values())
     evals = list(_csv(run / "eval.csv"))
     assert [int(r["step"]) for r in evals] == [40, 80]
     assert set(evals[0]) == {"step", "iqm", "walk", "run", "walk_backward", "run_backward"}

@@ -175,7 +175,8 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
     eval_log = _Csv(run / "eval.csv", ["step", "iqm", *tasks], step)
     tb = SummaryWriter(str(run / "tb"), purge_step=step)
 
-    def evaluate(engine: RolloutEngine) -> float:
+    def evaluate(engine: RolloutEngine) -> tuple[float, dict[str, list[float]]]:
+        """IQM over all tasks' episodes, and the tasks' reward-inferred z."""
         # All tasks in one lockstep batch: one policy call per step serves every episode.
         model.eval()
         k = fb.eval_episodes
@@ -191,7 +192,7 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
         tb.add_scalar("eval/iqm", score, step)
         for t, r in returns.items():
             tb.add_scalar(f"eval/{t}", float(r.mean()), step)
-        return score
+        return score, {t: z[i].tolist() for i, t in enumerate(tasks)}
 
     def checkpoint() -> None:
         save_checkpoint(run / "latest", model, {**meta, "step": step})
@@ -238,11 +239,15 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
                 tb.add_scalar("train/updates_per_s", rate, step)
                 tick, since = now, step
             if step % fb.eval_every == 0 or step == fb.steps:
-                score = evaluate(engine)
+                score, task_z = evaluate(engine)
                 bar.set_postfix(iqm=f"{score:.1f}", best=f"{max(score, best['iqm']):.1f}")
                 if score > best["iqm"]:
                     best = {"iqm": score, "step": step}
-                    save_checkpoint(run / "best", model, {**meta, "step": step, "iqm": score})
+                    # The tasks' z travel with the model: demonstrations can then be
+                    # generated without the dataset (e.g. from a shipped checkpoint).
+                    save_checkpoint(
+                        run / "best", model, {**meta, "step": step, "iqm": score, "task_z": task_z}
+                    )
                 tick = time.perf_counter()  # evaluation time is not training time
             if step % fb.checkpoint_every == 0 or step == fb.steps:
                 checkpoint()
