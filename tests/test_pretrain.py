@@ -239,3 +239,22 @@ def test_cli_pipeline_from_pretraining_to_a_sweep(
         == 2
     )
     assert "outside the range" in capsys.readouterr().err
+
+
+def test_quickstart_pipeline_on_a_tiny_model(dataset: Path, tmp_path: Path) -> None:
+    from rbfm.quickstart import QuickstartConfig, quickstart
+
+    run = pretrain(_cfg(dataset, tmp_path / "run", 40), progress=False)
+    cfg = QuickstartConfig(
+        out=str(tmp_path / "qs"),
+        checkpoint=str(run),
+        demos=4,
+        seeds=2,
+        inference_steps=10,
+        episodes=2,
+    )
+    rows = quickstart(cfg)
+    assert len(rows) == 3 * 6  # three methods at the family's six levels
+    assert {r.seeds for r in rows} == {2}
+    for name in ("sweep.csv", "sweep.png", "summary.json"):
+        assert (tmp_path / "qs" / name).stat().st_size > 0

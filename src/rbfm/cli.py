@@ -232,6 +232,23 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
         print(f"wrote {args.out}")
 
 
+def _cmd_quickstart(args: argparse.Namespace) -> None:
+    from rbfm.quickstart import QuickstartConfig, quickstart
+
+    cfg = QuickstartConfig(out=args.out, checkpoint=args.checkpoint)
+    rows = quickstart(cfg)
+    print(
+        f"\ncheetah/{cfg.task} under {cfg.perturbation}: mean return +- 95% CI across "
+        f"{cfg.seeds} inference seeds"
+    )
+    levels = list(dict.fromkeys(r.level for r in rows))
+    methods = list(dict.fromkeys(r.method for r in rows))
+    print(f"{'level':>8} " + " ".join(f"{m:>18}" for m in methods))
+    for level in levels:
+        cells = {r.method: f"{r.mean:7.1f} +- {r.ci95:<6.1f}" for r in rows if r.level == level}
+        print(f"{level:>8g} " + " ".join(f"{cells[m]:>18}" for m in methods))
+
+
 def build_parser() -> argparse.ArgumentParser:
     from rbfm.envs import DOMAINS
     from rbfm.exploration import AGENTS, RND_PRESETS
@@ -242,6 +259,19 @@ def build_parser() -> argparse.ArgumentParser:
         "robust imitation under dynamics shift.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser(
+        "quickstart",
+        help="the whole pipeline on cheetah at a small scale: demonstrations, FB-IL, "
+        "RBFM-Light, RBFM-Heavy and a perturbation sweep (table and plot)",
+    )
+    p.add_argument("--out", default="runs/quickstart")
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="FB model to use (default: the shipped reference, else train one)",
+    )
+    p.set_defaults(func=_cmd_quickstart)
 
     p = sub.add_parser(
         "collect",

@@ -1,4 +1,4 @@
-"""Figures: the pretraining curve of a run."""
+"""Figures: the pretraining curve of a run, and perturbation sweeps."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; no display on our machines
 import matplotlib.pyplot as plt
+import numpy as np
+
+from rbfm.evaluation.sweep import SweepRow
 
 
 def plot_pretraining(run: Path, out: Path) -> Path:
@@ -38,3 +41,28 @@ def plot_pretraining(run: Path, out: Path) -> Path:
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+def plot_sweep(rows: list[SweepRow], title: str, xlabel: str, out: Path) -> Path:
+    """Mean return (95% CI band) against perturbation level, one line per method."""
+    fig, ax = plt.subplots(figsize=(5.6, 3.8), dpi=110)
+    for method in dict.fromkeys(r.method for r in rows):
+        mine = [r for r in rows if r.method == method]
+        x = np.array([np.nan if r.level is None else r.level for r in mine], float)
+        y = np.array([r.mean for r in mine])
+        h = np.array([r.ci95 for r in mine])
+        ax.plot(x, y, marker=_MARKERS.get(method, "o"), label=method)
+        ax.fill_between(x, y - h, y + h, alpha=0.15)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("return")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+_MARKERS = {"fbil": "^", "rbfm-light": "s", "rbfm-heavy": "o", "drbc": "D", "bedroil": "x"}
