@@ -115,3 +115,31 @@ def test_minimising_the_fb_loss_recovers_the_successor_measure() -> None:
     # Remaining error: the i != j estimator's O(1/N) dependence between s and s+.
     # Measured: 0.5% of max M.
     np.testing.assert_allclose(learned, exact, atol=0.015 * exact.max())
+
+
+def test_bf16_update_keeps_the_fb_matrices_in_fp32(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dataclasses import replace
+
+    from rbfm.fb import FBModel, FBTrainer, fb_config
+    from rbfm.fb import model as fb_model
+
+    seen: list[torch.dtype] = []
+    real = fb_model.fb_loss
+
+    def spy(M: torch.Tensor, target_M: torch.Tensor, *args: object) -> object:
+        seen.extend([M.dtype, target_M.dtype])
+        return real(M, target_M, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(fb_model, "fb_loss", spy)
+    cfg = replace(fb_config("tiny"), bf16=True)
+    trainer = FBTrainer(FBModel(17, 6, cfg), seed=0)
+    g = torch.Generator().manual_seed(0)
+    batch = {
+        "observation": torch.randn(32, 17, generator=g),
+        "action": torch.rand(32, 6, generator=g) * 2 - 1,
+        "next_observation": torch.randn(32, 17, generator=g),
+        "discount": torch.ones(32),
+    }
+    out = trainer.update(batch)
+    assert seen == [torch.float32, torch.float32]
+    assert all(torch.isfinite(v) for v in out.values())

@@ -111,10 +111,11 @@ class FBTrainer:
                 next_action = noisy(m.actor(next_obs, z), cfg.actor_noise, cfg.actor_noise_clip, g)
                 target_f = m.target_forward_map(next_obs, next_action, z).float()
                 target_b = m.target_backward_map(next_obs).float()
-                target_M = torch.matmul(target_f, target_b.T).min(0).values
             f = m.forward_map(obs, action, z).float()
             b = m.backward_map(next_obs).float()
-        M = torch.matmul(f, b.T)  # fp32 even under autocast
+        # The N x N matrices and the losses in fp32, outside autocast, even with --bf16.
+        target_M = torch.matmul(target_f, target_b.T).min(0).values
+        M = torch.matmul(f, b.T)
         off, diag = fb_loss(M, target_M, discount, cfg.gamma)
         ortho = orthonormality_loss(b)
         loss = off + diag + cfg.ortho_coef * ortho
