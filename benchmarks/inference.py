@@ -42,27 +42,33 @@ def main() -> None:
     parser.add_argument("--presets", nargs="+", default=["paper", "cpu"])
     parser.add_argument("--measure", type=int, default=300, help="timed steps per method")
     parser.add_argument("--full", action="store_true", help="run the paper's step counts")
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
     args = parser.parse_args()
     demos = synthetic_demos()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    print(f"{'preset':<7} {'method':<11} {'steps':>6} {'ms/step':>8} {'x FB-IL':>8} {'s/task':>8}")
+    print(
+        f"{'preset':<7} {'precision':<9} {'method':<11} {'steps':>6} {'ms/step':>8} "
+        f"{'x FB-IL':>8} {'s/task':>8}"
+    )
     for preset in args.presets:
         torch.manual_seed(0)
         model = FBModel(17, 6, fb_config(preset)).eval()
-        base = None
-        for method, (_, config) in METHODS.items():
-            steps = config().steps
-            measured = steps if args.full else min(args.measure, steps)
-            infer(model, demos, method, steps=20)  # warm-up
-            res = infer(model, demos, method, seed=0, steps=measured)
-            per_step = res.ms_per_step
-            base = base or per_step
-            total = res.setup_seconds + per_step * steps / 1000
-            print(
-                f"{preset:<7} {method:<11} {steps:>6} {per_step:>8.2f} {per_step / base:>7.2f}x "
-                f"{total:>8.1f}",
-                flush=True,
-            )
+        for precision in args.precisions:
+            base = None
+            for method, (_, config) in METHODS.items():
+                steps = config().steps
+                measured = steps if args.full else min(args.measure, steps)
+                bf16 = precision == "bf16"
+                infer(model, demos, method, steps=20, bf16=bf16)  # warm-up
+                res = infer(model, demos, method, seed=0, steps=measured, bf16=bf16)
+                per_step = res.ms_per_step
+                base = base or per_step
+                total = res.setup_seconds + per_step * steps / 1000
+                print(
+                    f"{preset:<7} {precision:<9} {method:<11} {steps:>6} {per_step:>8.2f} "
+                    f"{per_step / base:>7.2f}x {total:>8.1f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

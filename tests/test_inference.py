@@ -111,9 +111,12 @@ def test_recovers_the_experts_z_with_a_linear_actor(demos: Demos, method: str) -
     torch.testing.assert_close(res.z, z_true, atol=5e-3, rtol=0)
 
 
+@pytest.mark.parametrize("bf16", [False, True])
 @pytest.mark.parametrize("method", list(METHODS))
-def test_methods_keep_z_on_the_sphere(model: FBModel, demos: Demos, method: str) -> None:
-    res = infer(model, demos.sample(2, seed=0), method, seed=3, steps=60, batch_size=64)
+def test_methods_keep_z_on_the_sphere(
+    model: FBModel, demos: Demos, method: str, bf16: bool
+) -> None:
+    res = infer(model, demos.sample(2, seed=0), method, seed=3, steps=60, batch_size=64, bf16=bf16)
     assert res.method == method and res.steps == 60 and res.seconds > 0
     assert float(res.z.norm()) == pytest.approx(model.radius, rel=1e-5)
     assert len(res.trace) == 6 and all(np.isfinite(res.trace))

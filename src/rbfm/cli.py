@@ -168,7 +168,11 @@ def _cmd_infer(args: argparse.Namespace) -> None:
 
     model, meta = load_checkpoint(args.checkpoint, device=args.device)
     demos = load_demos(args.demos, domain=meta["domain"]).sample(args.num_demos, args.seed)
-    overrides = {k: v for k, v in (("eps", args.eps), ("steps", args.steps)) if v is not None}
+    overrides: dict[str, object] = {
+        k: v for k, v in (("eps", args.eps), ("steps", args.steps)) if v is not None
+    }
+    if args.bf16:
+        overrides["bf16"] = True
     if "eps" in overrides and args.method == "fbil":
         raise ConfigError("--eps applies to rbfm-light and rbfm-heavy only")
     result = infer(model, demos, args.method, args.seed, **overrides)
@@ -396,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eps", type=float, default=None, help="robustness radius (default 0.8)")
     p.add_argument("--steps", type=int, default=None, help="default: the paper's")
     p.add_argument("--num-demos", type=int, default=4, help="episodes drawn per seed")
+    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the actor")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None)
     p.add_argument("--out", required=True, help="task-vector file (.json)")

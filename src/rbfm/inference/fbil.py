@@ -25,6 +25,7 @@ class FBILConfig:
     lr: float = 1e-3
     batch_size: int = 512
     noise_std: float = 0.1
+    bf16: bool = False  # bfloat16 autocast for the actor (off: the paper's precision)
     trace_every: int = 10
 
 
@@ -38,7 +39,7 @@ def infer(model: FBModel, demos: Demos, cfg: FBILConfig, seed: int) -> Inference
     for step, idx in enumerate(
         batches(len(data.obs), cfg.batch_size, cfg.steps, gen, data.obs.device)
     ):
-        loss = imitation_losses(model, data, idx, z, cfg.noise_std, gen).mean()
+        loss = imitation_losses(model, data, idx, z, cfg.noise_std, gen, cfg.bf16).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward(inputs=[z])  # the networks are frozen: no weight gradients
         opt.step()
