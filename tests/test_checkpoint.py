@@ -79,3 +79,14 @@ def test_wrong_domain_and_shapes(saved: Path) -> None:
     (saved / "best.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="tensors do not fit the configured model"):
         load_checkpoint(saved)
+
+
+def test_export_keeps_weights_and_description(saved: Path, tmp_path: Path) -> None:
+    from rbfm.fb.checkpoint import export_checkpoint
+
+    stem = export_checkpoint(saved, tmp_path / "ref" / "model.json", {"task_z": {"run": [1.0]}})
+    original, meta = load_checkpoint(saved)
+    copy, exported = load_checkpoint(stem)
+    assert exported["step"] == meta["step"] == 7 and exported["task_z"] == {"run": [1.0]}
+    for k, v in copy.state_dict().items():
+        torch.testing.assert_close(v, original.state_dict()[k], rtol=0, atol=0)

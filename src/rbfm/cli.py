@@ -253,6 +253,27 @@ def _cmd_quickstart(args: argparse.Namespace) -> None:
         print(f"{level:>8g} " + " ".join(f"{cells[m]:>18}" for m in methods))
 
 
+def _cmd_export(args: argparse.Namespace) -> None:
+    import torch
+
+    from rbfm.data import load_dataset
+    from rbfm.fb.checkpoint import export_checkpoint, load_checkpoint
+    from rbfm.fb.zero_shot import infer_z, labelled_states
+
+    model, meta = load_checkpoint(args.checkpoint)
+    task_z = meta.get("task_z")
+    if task_z is None:  # runs made before task vectors were stored: infer them now
+        domain = meta["domain"]
+        ds = load_dataset(args.dataset or meta["dataset"]["path"], domain)
+        obs, rewards = labelled_states(ds, domain, model.cfg.reward_samples, seed=1)
+        with torch.no_grad():
+            task_z = {t: infer_z(model, obs, r).tolist() for t, r in rewards.items()}
+    stem = export_checkpoint(
+        args.checkpoint, args.out, {"task_z": task_z, "exported_from": str(args.checkpoint)}
+    )
+    print(f"wrote {stem}.safetensors and {stem}.json")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from rbfm.envs import DOMAINS
     from rbfm.exploration import AGENTS, RND_PRESETS
@@ -423,6 +444,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None)
     p.add_argument("--out", default=None, help="CSV file for the table")
     p.set_defaults(func=_cmd_evaluate)
+
+    p = sub.add_parser(
+        "export",
+        help="copy a checkpoint (e.g. a run's best) to a new "
+        "place, with each task's reward-inferred z in its description",
+    )
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--out", required=True, help="destination stem (writes .safetensors/.json)")
+    p.add_argument("--dataset", default=None, help="default: the model's training dataset")
+    p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("plot", help="plot a pretraining run's IQM curve to a PNG")
     p.add_argument("run", help="pretraining run directory")

@@ -120,3 +120,19 @@ def load_checkpoint(
         )
     model.load_state_dict(state)
     return model.to(pick_device(device)).eval(), meta
+
+
+def export_checkpoint(
+    path: str | os.PathLike[str], out: str | os.PathLike[str], extra: dict[str, Any]
+) -> Path:
+    """Copies a checkpoint to `out` (a stem), its description extended with `extra`."""
+    model, meta = load_checkpoint(path)
+    stem = Path(out).with_suffix("") if Path(out).suffix in (".json", ".safetensors") else Path(out)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    keep = {
+        k: v
+        for k, v in meta.items()
+        if k not in ("format", "version", "obs_dim", "action_dim", "config", "sha256")
+    }
+    save_checkpoint(stem, model, {**keep, **extra})
+    return stem
