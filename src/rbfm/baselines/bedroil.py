@@ -1,0 +1,119 @@
+"""BE-DROIL (Agrawal et al. 2025), implemented from the equations (no public code exists).
+
+A TanhGaussian policy (MLP 256x256) and a critic Q(s, a) on raw state-action pairs
+(MLP 256x256, ReLU) with tau >= 0 solve RBFM-Heavy's dual, with the policy's
+parameters in the place of the task vector: per batch, l(s) = ||a - a_D||^2 with a
+sampled from the policy (reparameterised), c = l + gamma Q(s', a'_D) - Q(s, a_D),
+the critic and tau minimise the dual (the same `duals.heavy_critic_loss`), then the
+policy minimises E[sg(w*) l], alternating 1:1 (Table 9). Every demonstration state
+counts as an initial state, as for RBFM-Heavy.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from rbfm.baselines.common import BaselineResult, demo_tensors, mlp
+from rbfm.errors import unknown
+from rbfm.inference.demos import Demos
+from rbfm.inference.divergences import get_divergence
+from rbfm.inference.duals import heavy_critic_loss, heavy_policy_loss, heavy_residual
+
+_MIN_TAU = 1e-6
+_LOG_STD = (-5.0, 2.0)
+
+
+@dataclass(frozen=True)
+class BEDROILConfig:
+    """Table 9."""
+
+    eps: float = 0.8
+    gamma: float = 0.99
+    hidden: tuple[int, ...] = (256, 256)
+    lr: float = 5e-5
+    batch_size: int = 512
+    steps: int = 1_000_000
+    divergence: str = "soft_tv"
+    tau_init: float = 1.0
+    trace_every: int = 100
+
+
+BEDROIL_PRESETS: dict[str, BEDROILConfig] = {
+    "paper": BEDROILConfig(),
+    "cpu": BEDROILConfig(steps=20_000, lr=3e-4),
+}
+
+
+def bedroil_config(preset: str) -> BEDROILConfig:
+    if preset not in BEDROIL_PRESETS:
+        raise unknown("BE-DROIL preset", preset, BEDROIL_PRESETS)
+    return BEDROIL_PRESETS[preset]
+
+
+class TanhGaussianPolicy(nn.Module):
+    """a = tanh(mu + sigma * e); its deterministic action (evaluation) is tanh(mu)."""
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden: tuple[int, ...]) -> None:
+        super().__init__()
+        self.net = mlp(obs_dim, hidden, 2 * action_dim, nn.ReLU)
+
+    def distribution(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mu, log_std = self.net(obs).chunk(2, -1)
+        return mu, log_std.clamp(*_LOG_STD).exp()
+
+    def sample(self, obs: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        mu, std = self.distribution(obs)
+        noise = torch.randn(mu.shape, generator=gen, device=mu.device)
+        return torch.tanh(mu + std * noise)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.distribution(obs)[0])
+
+
+def train(
+    demos: Demos,
+    obs_dim: int,
+    action_dim: int,
+    cfg: BEDROILConfig,
+    seed: int,
+    device: str | None = None,
+) -> BaselineResult:
+    start = time.perf_counter()
+    dev = torch.device(device or "cpu")
+    data = demo_tensors(demos, obs_dim, action_dim, dev)
+    divergence = get_divergence(cfg.divergence)
+    torch.manual_seed(seed)
+    gen = torch.Generator(dev).manual_seed(seed)
+    policy = TanhGaussianPolicy(obs_dim, action_dim, cfg.hidden).to(dev)
+    q = mlp(obs_dim + action_dim, cfg.hidden, 1, nn.ReLU).to(dev)
+    tau = torch.tensor(cfg.tau_init, device=dev, requires_grad=True)
+    critic_opt = torch.optim.Adam([*q.parameters(), tau], lr=cfg.lr)
+    policy_opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
+    sa = torch.cat([data["observation"], data["action"]], -1)
+    next_sa = torch.cat([data["next_observation"], data["next_action"]], -1)
+    result = BaselineResult("bedroil", policy)
+    n = len(sa)
+    for step in range(cfg.steps):
+        idx = torch.randint(n, (cfg.batch_size,), generator=gen, device=dev)
+        init = torch.randint(n, (cfg.batch_size,), generator=gen, device=dev)
+        a = policy.sample(data["observation"][idx], gen)
+        losses = (a - data["action"][idx]).square().sum(-1)
+        c = heavy_residual(losses.detach(), q(sa[idx])[:, 0], q(next_sa[idx])[:, 0], cfg.gamma)
+        value, w = heavy_critic_loss(q(sa[init])[:, 0], c, tau, cfg.eps, cfg.gamma, divergence)
+        critic_opt.zero_grad(set_to_none=True)
+        value.backward()
+        critic_opt.step()
+        with torch.no_grad():
+            tau.clamp_(min=_MIN_TAU)
+        policy_loss = heavy_policy_loss(w, losses)
+        policy_opt.zero_grad(set_to_none=True)
+        policy_loss.backward()
+        policy_opt.step()
+        if step % cfg.trace_every == 0:
+            result.trace.append(float(value.detach()))
+    result.steps, result.seconds = cfg.steps, time.perf_counter() - start
+    return result

@@ -1,0 +1,123 @@
+"""DRBC and BE-DROIL: shared duals, recovery of a linear expert, saving, bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import linprog
+
+from rbfm.baselines import bedroil, drbc, load_weights, read_policy_meta, save_policy
+from rbfm.errors import ConfigError, DatasetError
+from rbfm.fb.checkpoint import CheckpointError
+from rbfm.inference import Demos, duals, get_divergence, rbfm_heavy, rbfm_light
+
+
+def _linear_expert_demos(episodes: int = 4, steps: int = 200) -> tuple[Demos, np.ndarray]:
+    rng = np.random.default_rng(0)
+    K = rng.normal(0, 0.3, (6, 17))
+    rows = episodes * (steps + 1)
+    obs = rng.standard_normal((rows, 17)).astype(np.float32)
+    # Row t of an episode's actions is the action taken at observation t.
+    keep = np.ones(rows, bool)
+    keep[steps :: steps + 1] = False  # the last observation of each episode has no action
+    actions = np.tanh(obs[keep] @ K.T).astype(np.float32)
+    demos = Demos(
+        "cheetah",
+        "run",
+        obs,
+        actions,
+        np.zeros((rows, 18)),
+        np.zeros(len(actions)),
+        np.full(episodes, steps),
+        np.zeros(episodes),
+        {},
+    )
+    return demos, K
+
+
+def test_drbc_and_rbfm_light_share_the_exact_tv_dual() -> None:
+    assert drbc.light_objective is rbfm_light.light_objective is duals.light_objective
+    policy = drbc.DeterministicPolicy(17, 6, (32, 32))
+    demos, _ = _linear_expert_demos(1, 40)
+    tr = demos.transitions()
+    obs, act = torch.as_tensor(tr["observation"]), torch.as_tensor(tr["action"])
+    losses = (policy(obs) - act).square().sum(-1).detach().double()
+    value, _ = duals.light_objective(losses, 0.3)
+    # The TV-ball worst case as a linear program over distributions q (uniform nominal).
+    n, p, ls = len(losses), np.full(len(losses), 1 / len(losses)), losses.numpy()
+    eye = np.eye(n)
+    res = linprog(
+        np.concatenate([-ls, np.zeros(n)]),
+        A_ub=np.block([[eye, -eye], [-eye, -eye], [np.zeros((1, n)), 0.5 * np.ones((1, n))]]),
+        b_ub=np.concatenate([p, -p, [0.3]]),
+        A_eq=np.concatenate([np.ones(n), np.zeros(n)])[None],
+        b_eq=[1.0],
+        bounds=[(0, None)] * (2 * n),
+    )
+    assert float(value) == pytest.approx(-res.fun, abs=1e-9)
+
+
+def test_bedroil_and_rbfm_heavy_share_the_critic_loss() -> None:
+    assert bedroil.heavy_critic_loss is rbfm_heavy.heavy_critic_loss is duals.heavy_critic_loss
+    g = torch.Generator().manual_seed(0)
+    q0, q, q_next, loss = (torch.randn(64, generator=g) for _ in range(4))
+    c = duals.heavy_residual(loss, q, q_next, 0.99)
+    tau = torch.tensor(0.7)
+    value, w = duals.heavy_critic_loss(q0, c, tau, 0.8, 0.99, get_divergence("soft_tv"))
+    f = get_divergence("soft_tv").f
+    expected = (1 - 0.99) * q0.mean() + 0.8 * tau + (w * c - tau * f(w)).mean()
+    torch.testing.assert_close(value, expected)
+
+
+@pytest.mark.parametrize("method", ["drbc", "bedroil"])
+def test_recovers_a_deterministic_linear_expert(method: str) -> None:
+    demos, K = _linear_expert_demos()
+    if method == "drbc":
+        cfg = drbc.DRBCConfig(
+            eps=0.3,
+            hidden=(64, 64),
+            steps=3000,
+            batch_size=256,
+            lr=3e-3,
+            decay_every=1000,
+            lr_decay=0.7,
+        )
+        result = drbc.train(demos, 17, 6, cfg, seed=0)
+    else:
+        cfg = bedroil.BEDROILConfig(hidden=(64, 64), steps=1500, batch_size=256, lr=3e-3)
+        result = bedroil.train(demos, 17, 6, cfg, seed=0)
+    test_obs = np.random.default_rng(9).standard_normal((500, 17)).astype(np.float32)
+    with torch.no_grad():
+        pred = result.policy(torch.as_tensor(test_obs)).numpy()
+    err = np.square(pred - np.tanh(test_obs @ K.T)).sum(-1).mean()
+    assert err < 0.05, err  # a random policy is ~1.5 here
+    assert result.steps == cfg.steps and result.seconds > 0
+
+
+def test_policies_round_trip_and_refuse_bad_files(tmp_path: Path) -> None:
+    policy = bedroil.TanhGaussianPolicy(17, 6, (32, 32))
+    stem = save_policy(tmp_path / "p", policy, {"method": "bedroil", "domain": "cheetah"})
+    assert read_policy_meta(stem)["method"] == "bedroil"
+    back = load_weights(stem, bedroil.TanhGaussianPolicy(17, 6, (32, 32)))
+    obs = torch.randn(5, 17)
+    torch.testing.assert_close(back(obs), policy(obs))
+    with pytest.raises(CheckpointError, match="does not hold this policy"):
+        load_weights(stem, bedroil.TanhGaussianPolicy(17, 6, (64, 64)))
+    (tmp_path / "q.json").write_text('{"format": "other"}')
+    with pytest.raises(CheckpointError, match="not an rbfm policy"):
+        read_policy_meta(tmp_path / "q")
+
+
+def test_bad_inputs() -> None:
+    demos, _ = _linear_expert_demos(1, 10)
+    with pytest.raises(DatasetError, match="do not fit a policy"):
+        drbc.train(demos, 24, 6, drbc.DRBCConfig(steps=1), seed=0)
+    with pytest.raises(ConfigError, match="valid choices: paper, cpu"):
+        drbc.drbc_config("huge", "cheetah")
+    assert drbc.drbc_config("paper", "cheetah").eps == 0.3
+    assert drbc.drbc_config("paper", "quadruped").lr_decay == 0.9
+    with pytest.raises(ConfigError, match="valid choices: paper, cpu"):
+        bedroil.bedroil_config("tiny")
