@@ -152,3 +152,27 @@ def test_bad_inputs(model: FBModel, demos: Demos, tmp_path: Path) -> None:
     np.savez_compressed(tmp_path / "other.npz", x=np.zeros(3))
     with pytest.raises(DatasetError, match="not an rbfm demonstrations file"):
         load_demos(tmp_path / "other.npz")
+
+
+def test_sweep_pairs_initial_states_across_entries(model: FBModel) -> None:
+    from rbfm.baselines import as_policy, drbc
+    from rbfm.evaluation.sweep import sweep
+
+    z = project(
+        torch.randn(model.cfg.z_dim, generator=torch.Generator().manual_seed(1)), model.radius
+    )
+    net = drbc.DeterministicPolicy(17, 6, (16,))
+    rows = sweep(
+        model,
+        [("a", z), ("b", z)],
+        "cheetah",
+        "run",
+        "joint_friction",
+        [0.0, 25.0],
+        episodes=2,
+        policies=[("c", as_policy(net)), ("d", as_policy(net))],
+    )
+    by = {(r.method, r.level): r.mean for r in rows}
+    for level in (0.0, 25.0):  # identical agents see identical episodes
+        assert by[("a", level)] == by[("b", level)] and by[("c", level)] == by[("d", level)]
+    assert by[("a", 0.0)] != by[("c", 0.0)]

@@ -192,6 +192,27 @@ def test_cli_pipeline_from_pretraining_to_a_sweep(
             == 0
         )
         zs.append(str(z))
+    for method in ("drbc", "bedroil"):  # baselines: no FB model, same demos and seed
+        stem = tmp_path / method
+        assert (
+            main(
+                [
+                    "infer",
+                    "--demos",
+                    str(demos),
+                    "--method",
+                    method,
+                    "--steps",
+                    "20",
+                    "--num-demos",
+                    "2",
+                    "--out",
+                    str(stem),
+                ]
+            )
+            == 0
+        )
+        zs.append(str(stem.with_suffix(".json")))
     table = tmp_path / "sweep.csv"
     assert (
         main(
@@ -218,7 +239,9 @@ def test_cli_pipeline_from_pretraining_to_a_sweep(
     )
     rows = _csv(table)
     assert [(r["method"], r["level"]) for r in rows] == [
-        (m, lvl) for lvl in ("0.0", "30.0") for m in ("fbil", "rbfm-light", "rbfm-heavy")
+        (m, lvl)
+        for lvl in ("0.0", "30.0")
+        for m in ("fbil", "rbfm-light", "rbfm-heavy", "drbc", "bedroil")
     ]
     assert (
         main(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -162,12 +163,48 @@ def _cmd_demos(args: argparse.Namespace) -> None:
 
 
 def _cmd_infer(args: argparse.Namespace) -> None:
+    from rbfm.baselines import BASELINES, save_policy, train_baseline
     from rbfm.evaluation.sweep import save_z
-    from rbfm.fb.checkpoint import load_checkpoint
     from rbfm.inference import infer, load_demos
 
-    model, meta = load_checkpoint(args.checkpoint, device=args.device)
-    demos = load_demos(args.demos, domain=meta["domain"]).sample(args.num_demos, args.seed)
+    demos_all = load_demos(args.demos)
+    demos = demos_all.sample(args.num_demos, args.seed)
+    common = {
+        "method": args.method,
+        "seed": args.seed,
+        "domain": demos.domain,
+        "task": demos.task,
+        "demos": str(args.demos),
+        "num_demos": args.num_demos,
+    }
+    if args.method in BASELINES:
+        result, config = train_baseline(args.method, demos, args.preset, args.seed, args.steps)
+        from rbfm.envs import get_domain
+
+        spec = get_domain(demos.domain)
+        stem = save_policy(
+            Path(args.out).with_suffix(""),
+            result.policy,
+            {
+                **common,
+                "preset": args.preset,
+                "config": config,
+                "obs_dim": spec.obs_dim,
+                "action_dim": spec.action_dim,
+                "seconds": result.seconds,
+                "steps": result.steps,
+            },
+        )
+        print(
+            f"{args.method}: policy written to {stem}.safetensors/.json ({result.steps} "
+            f"steps, {result.seconds:.1f} s, {result.ms_per_step:.2f} ms/step)"
+        )
+        return
+    if args.checkpoint is None:
+        raise ConfigError(f"--checkpoint is needed for {args.method}")
+    from rbfm.fb.checkpoint import load_checkpoint
+
+    model, _ = load_checkpoint(args.checkpoint, domain=demos.domain, device=args.device)
     overrides: dict[str, object] = {
         k: v for k, v in (("eps", args.eps), ("steps", args.steps)) if v is not None
     }
@@ -175,28 +212,23 @@ def _cmd_infer(args: argparse.Namespace) -> None:
         overrides["bf16"] = True
     if "eps" in overrides and args.method == "fbil":
         raise ConfigError("--eps applies to rbfm-light and rbfm-heavy only")
-    result = infer(model, demos, args.method, args.seed, **overrides)
+    result_z = infer(model, demos, args.method, args.seed, **overrides)
     save_z(
         args.out,
-        result.z,
+        result_z.z,
         {
-            "method": args.method,
-            "seed": args.seed,
-            "domain": meta["domain"],
-            "task": demos.task,
+            **common,
             "checkpoint": str(args.checkpoint),
-            "demos": str(args.demos),
-            "num_demos": args.num_demos,
             "overrides": overrides,
-            "seconds": result.seconds,
-            "steps": result.steps,
-            "final_objective": result.trace[-1] if result.trace else None,
-            **result.extra,
+            "seconds": result_z.seconds,
+            "steps": result_z.steps,
+            "final_objective": result_z.trace[-1] if result_z.trace else None,
+            **result_z.extra,
         },
     )
     print(
-        f"{args.method}: z written to {args.out} ({result.steps} steps, "
-        f"{result.seconds:.1f} s, {result.ms_per_step:.2f} ms/step)"
+        f"{args.method}: z written to {args.out} ({result_z.steps} steps, "
+        f"{result_z.seconds:.1f} s, {result_z.ms_per_step:.2f} ms/step)"
     )
 
 
@@ -205,17 +237,41 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
     from rbfm.evaluation.sweep import load_z, sweep, write_csv
     from rbfm.fb.checkpoint import load_checkpoint
 
-    model, meta = load_checkpoint(args.checkpoint, device=args.device)
-    domain = meta["domain"]
-    zs = []
+    zs, policies, domains = [], [], set()
     for path in args.z:
-        z, info = load_z(path)
-        zs.append((info.get("method", Path(path).stem), z))
+        if json.loads(Path(path).read_text()).get("format") == "rbfm-policy":
+            from rbfm.baselines import as_policy, load_policy
+
+            method, module, info = load_policy(path)
+            policies.append((method, as_policy(module)))
+        else:
+            z, info = load_z(path)
+            zs.append((str(info.get("method", Path(path).stem)), z))
+        domains.add(info.get("domain"))
+    model, domain = None, str(next(iter(domains)))
+    if zs:
+        if args.checkpoint is None:
+            raise ConfigError("--checkpoint is needed to evaluate task vectors")
+        model, meta = load_checkpoint(args.checkpoint, device=args.device)
+        domains.add(meta["domain"])
+        domain = meta["domain"]
+    if len(domains) != 1:
+        raise ConfigError(f"the files are for different domains: {sorted(map(str, domains))}")
     levels: list[float | None] = [None]
     if args.perturbation is not None:
         pert = get_perturbation(domain, args.perturbation)
         levels = list(args.levels or pert.levels)
-    rows = sweep(model, zs, domain, args.task, args.perturbation, levels, args.episodes, args.seed)
+    rows = sweep(
+        model,
+        zs,
+        domain,
+        args.task,
+        args.perturbation,
+        levels,
+        args.episodes,
+        args.seed,
+        policies=policies,
+    )
     print(
         f"{domain}/{args.task}, {args.perturbation or 'nominal'}: mean return +- 95% CI "
         f"({args.episodes} episodes per task vector)"
@@ -414,22 +470,39 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None)
     p.set_defaults(func=_cmd_demos)
 
-    p = sub.add_parser("infer", help="infer a task vector z from demonstrations")
-    p.add_argument("--checkpoint", required=True)
+    p = sub.add_parser(
+        "infer", help="infer a task vector z from demonstrations (or train a baseline policy)"
+    )
+    p.add_argument("--checkpoint", default=None, help="FB model (not used by the baselines)")
     p.add_argument("--demos", required=True)
-    p.add_argument("--method", required=True, choices=list(METHODS))
+    p.add_argument("--method", required=True, choices=[*METHODS, "drbc", "bedroil"])
+    p.add_argument(
+        "--preset",
+        default="cpu",
+        choices=["paper", "cpu"],
+        help="baselines: paper (Tables 8-9) or cpu (far fewer steps)",
+    )
     p.add_argument("--eps", type=float, default=None, help="robustness radius (default 0.8)")
     p.add_argument("--steps", type=int, default=None, help="default: the paper's")
     p.add_argument("--num-demos", type=int, default=4, help="episodes drawn per seed")
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the actor")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None)
-    p.add_argument("--out", required=True, help="task-vector file (.json)")
+    p.add_argument(
+        "--out", required=True, help="task-vector file (.json), or the baselines' policy stem"
+    )
     p.set_defaults(func=_cmd_infer)
 
-    p = sub.add_parser("evaluate", help="evaluate task vectors under a perturbation sweep")
-    p.add_argument("--checkpoint", required=True)
-    p.add_argument("--z", nargs="+", required=True, help="task-vector files from `rbfm infer`")
+    p = sub.add_parser(
+        "evaluate", help="evaluate task vectors and baseline policies under a perturbation sweep"
+    )
+    p.add_argument("--checkpoint", default=None, help="the FB model of the task vectors")
+    p.add_argument(
+        "--z",
+        nargs="+",
+        required=True,
+        help="files from `rbfm infer`: task vectors (.json) and baseline policies",
+    )
     p.add_argument("--task", required=True)
     p.add_argument("--perturbation", default=None, help="family (default: nominal only)")
     p.add_argument(

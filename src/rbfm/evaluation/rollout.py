@@ -191,6 +191,7 @@ class RolloutEngine:
         episodes: int | None = None,
         seed: int = 0,
         record: bool = False,
+        seeds: Sequence[tuple[int, int]] | None = None,
     ) -> RolloutResult:
         """Runs `episodes` episodes of `spec`, or one episode per entry of a list of specs.
 
@@ -206,6 +207,10 @@ class RolloutEngine:
         for s in specs:
             count[s] = count.get(s, 0) + 1
             plan.append((s, (seed, count[s] - 1)))
+        if seeds is not None:  # explicit initial-state seeds, e.g. the same for several agents
+            if len(seeds) != len(plan):
+                raise ValueError(f"{len(seeds)} seeds for {len(plan)} episodes")
+            plan = [(s, (int(k[0]), int(k[1]))) for (s, _), k in zip(plan, seeds, strict=True)]
         n = len(plan)
         shards = np.array_split(np.arange(n), max(self.workers, 1))
         if any(len(s) == 0 for s in shards):

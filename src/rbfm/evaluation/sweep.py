@@ -1,4 +1,8 @@
-"""Perturbation sweeps of inferred task vectors: mean return and 95% CI per method and level."""
+"""Perturbation sweeps: mean return and 95% CI per method and level.
+
+FB task vectors (from `rbfm infer`) and stand-alone policies (the baselines) run in
+the same lockstep batch; all task vectors share one batched actor call per step.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ import numpy as np
 import torch
 
 from rbfm.errors import ConfigError
-from rbfm.evaluation.rollout import EnvSpec, RolloutEngine
+from rbfm.evaluation.rollout import EnvSpec, Policy, RolloutEngine
 from rbfm.evaluation.stats import mean_ci
 from rbfm.fb.model import FBModel
 from rbfm.fb.zero_shot import policy
@@ -47,8 +51,26 @@ class SweepRow:
     unstable: int
 
 
+def _dispatch(groups: list[tuple[int, int, Policy]]) -> Policy:
+    """One policy over a batch whose rows [start, stop) belong to each group's policy."""
+
+    def act(obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
+        out: np.ndarray | None = None
+        for start, stop, pol in groups:
+            mine = (episodes >= start) & (episodes < stop)
+            if mine.any():
+                a = pol(obs[mine], episodes[mine] - start)
+                if out is None:
+                    out = np.zeros((len(obs), a.shape[-1]), np.float32)
+                out[mine] = a
+        assert out is not None
+        return out
+
+    return act
+
+
 def sweep(
-    model: FBModel,
+    model: FBModel | None,
     zs: list[tuple[str, torch.Tensor]],
     domain: str,
     task: str,
@@ -57,24 +79,35 @@ def sweep(
     episodes: int,
     seed: int = 0,
     engine: RolloutEngine | None = None,
+    policies: list[tuple[str, Policy]] | None = None,
 ) -> list[SweepRow]:
-    """Every (method, z) at every level, all z of a level in one lockstep batch.
+    """Every (method, z) of the FB model and every (method, policy) at every level.
 
-    Several z of one method (inference seeds) are aggregated as the paper does: the
-    mean of per-seed mean returns with a 95% CI across seeds (across episodes when
-    there is a single seed).
+    Several entries of one method (inference seeds) are aggregated as the paper does:
+    the mean of per-seed mean returns with a 95% CI across seeds (across episodes when
+    there is a single seed). Episode k of every entry starts from the same state.
     """
+    entries = [m for m, _ in zs] + [m for m, _ in (policies or [])]
+    groups: list[tuple[int, int, Policy]] = []
+    if zs:
+        if model is None:
+            raise ValueError("task vectors need the FB model they were inferred for")
+        z_all = torch.stack([z for _, z in zs]).repeat_interleave(episodes, 0)
+        groups.append((0, len(zs) * episodes, policy(model, z_all)))
+    for i, (_, pol) in enumerate(policies or [], start=len(zs)):
+        groups.append((i * episodes, (i + 1) * episodes, pol))
     own = engine is None
     engine = engine or RolloutEngine(0)
     rows: list[SweepRow] = []
     try:
-        z_all = torch.stack([z for _, z in zs]).repeat_interleave(episodes, 0)
         for level in levels:
-            spec = EnvSpec(domain, task, perturbation, level)
-            res = engine.run([spec] * (len(zs) * episodes), policy(model, z_all), seed=seed)
+            # Paired comparison: every entry's episode k starts from seed (seed, k).
+            specs = [EnvSpec(domain, task, perturbation, level)] * (len(entries) * episodes)
+            seeds = [(seed, k) for _ in entries for k in range(episodes)]
+            res = engine.run(specs, _dispatch(groups), seeds=seeds)
             by_method: dict[str, list[np.ndarray]] = defaultdict(list)
             unstable: dict[str, int] = defaultdict(int)
-            for i, (method, _) in enumerate(zs):
+            for i, method in enumerate(entries):
                 part = slice(i * episodes, (i + 1) * episodes)
                 by_method[method].append(res.returns[part])
                 unstable[method] += int(res.unstable[part].sum())
