@@ -7,7 +7,9 @@ cheetah episodes of 1000 steps. Each method runs with the paper's hyperparameter
 (Tables 5-7); by default `--measure` steps are timed after a warm-up and the time
 for the paper's step count is projected (`--full` runs every step instead).
 Targets on 2 CPU cores, paper-size model: FB-IL <= 60 s, RBFM-Light <= 100 s,
-RBFM-Heavy <= 120 s; Light and Heavy per step <= 1.25x FB-IL.
+RBFM-Heavy <= 120 s; Light and Heavy per step <= 1.25x FB-IL. DRBC and BE-DROIL
+(paper presets) are timed the same way and projected to their 2M and 1M updates,
+which regenerates the paper's Table 1 as ratios.
 """
 
 from __future__ import annotations
@@ -17,8 +19,14 @@ import argparse
 import numpy as np
 import torch
 
+from rbfm.baselines import bedroil, drbc, train_baseline
 from rbfm.fb import FBModel, fb_config
 from rbfm.inference import METHODS, Demos, infer
+
+PAPER_STEPS = {
+    "drbc": drbc.drbc_config("paper", "cheetah").steps,
+    "bedroil": bedroil.bedroil_config("paper").steps,
+}
 
 
 def synthetic_demos(episodes: int = 4, steps: int = 1000) -> Demos:
@@ -69,6 +77,18 @@ def main() -> None:
                     f"{per_step / base:>7.2f}x {total:>8.1f}",
                     flush=True,
                 )
+
+    # The single-task baselines train a policy per task: time some updates, project
+    # to their paper step counts (Tables 8-9), and compare with the RBFM methods.
+    print(f"\n{'baseline':<9} {'steps':>9} {'ms/update':>10} {'projected':>10}")
+    for method in ("drbc", "bedroil"):
+        train_baseline(method, demos, "paper", 0, steps=20)  # warm-up
+        paper_steps = PAPER_STEPS[method]
+        result, _ = train_baseline(method, demos, "paper", 0, steps=args.measure)
+        hours = result.ms_per_step * paper_steps / 3.6e6
+        print(
+            f"{method:<9} {paper_steps:>9,} {result.ms_per_step:>10.2f} {hours:>9.1f}h", flush=True
+        )
 
 
 if __name__ == "__main__":
