@@ -30,7 +30,7 @@ class QuickstartConfig:
     task: str = "walk"
     perturbation: str = "joint_friction"
     demos: int = 10  # generated; 4 are drawn per inference seed
-    seeds: int = 2
+    seeds: int = 3
     inference_steps: int = 1000
     episodes: int = 5  # per task vector and level
     collect_transitions: int = 50_000
