@@ -10,6 +10,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on our machines
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from rbfm.evaluation.sweep import SweepRow
 
@@ -35,12 +37,7 @@ def plot_pretraining(run: Path, out: Path) -> Path:
         fontsize=10,
     )
     ax.legend(fontsize=7, ncol=2)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(fig, ax, out)
 
 
 def plot_sweep(rows: list[SweepRow], title: str, xlabel: str, out: Path) -> Path:
@@ -57,6 +54,10 @@ def plot_sweep(rows: list[SweepRow], title: str, xlabel: str, out: Path) -> Path
     ax.set_ylabel("return")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
+    return _save(fig, ax, out)
+
+
+def _save(fig: Figure, ax: Axes, out: Path) -> Path:
     ax.grid(alpha=0.3)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
