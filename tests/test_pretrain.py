@@ -168,6 +168,12 @@ def test_cli_pipeline_from_pretraining_to_a_sweep(
         )
         == 0
     )
+    # The best checkpoint stores each task's z: demonstrations use it, no dataset needed.
+    from rbfm.fb.checkpoint import read_meta
+    from rbfm.inference import load_demos
+
+    assert load_demos(demos).meta["z_source"] == "checkpoint"
+    assert "task_z" in read_meta(run / "best")
     zs = []
     for method in ("fbil", "rbfm-light", "rbfm-heavy"):
         z = tmp_path / f"{method}.json"
@@ -237,6 +243,9 @@ def test_cli_pipeline_from_pretraining_to_a_sweep(
         )
         == 0
     )
+    png = tmp_path / "sweep.png"
+    assert main(["plot", str(table), str(table), "--out", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = _csv(table)
     assert [(r["method"], r["level"]) for r in rows] == [
         (m, lvl)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -98,3 +100,24 @@ def test_recorded_trajectories_are_the_episodes_that_ran(workers: int) -> None:
             traj["reward"],
             atol=1e-9,
         )
+
+
+def test_tables_round_trip_and_plot(tmp_path: Path) -> None:
+    from rbfm.errors import ConfigError
+    from rbfm.evaluation.plots import plot_nominal
+    from rbfm.evaluation.sweep import SweepRow, read_csv, write_csv
+
+    rows = [
+        SweepRow("fbil", None, 101.5, 3.25, 5, 100, 0),
+        SweepRow("drbc", None, 80.0, 12.0, 5, 100, 2),
+    ]
+    path = tmp_path / "nominal.csv"
+    write_csv(path, rows, {"domain": "cheetah", "task": "walk", "perturbation": "none"})
+    back, extra = read_csv(path)
+    assert back == rows
+    assert extra == {"domain": "cheetah", "task": "walk", "perturbation": "none"}
+    png = plot_nominal([("walk", back), ("run", back[:1])], "nominal", tmp_path / "n.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "bad.csv").write_text("method,level\nfbil,\n")
+    with pytest.raises(ConfigError, match="not a table"):
+        read_csv(tmp_path / "bad.csv")

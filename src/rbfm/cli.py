@@ -133,13 +133,41 @@ def _cmd_zero_shot(args: argparse.Namespace) -> None:
 
 
 def _cmd_plot(args: argparse.Namespace) -> None:
-    from rbfm.evaluation.plots import plot_pretraining
+    from rbfm.envs import get_perturbation
+    from rbfm.evaluation.plots import plot_nominal, plot_pretraining, plot_sweeps
+    from rbfm.evaluation.sweep import read_csv
 
-    print(f"wrote {plot_pretraining(Path(args.run), Path(args.out))}")
+    paths = [Path(p) for p in args.inputs]
+    if len(paths) == 1 and paths[0].is_dir():
+        print(f"wrote {plot_pretraining(paths[0], Path(args.out))}")
+        return
+    if any(p.is_dir() for p in paths):
+        raise ConfigError("plot takes one pretraining run directory, or tables from `evaluate`")
+    tables = [read_csv(p) for p in paths]
+    if all(r.level is None for rows, _ in tables for r in rows):
+        groups = [
+            (extra.get("task", p.stem), rows)
+            for p, (rows, extra) in zip(paths, tables, strict=True)
+        ]
+        domain = tables[0][1].get("domain", "")
+        png = plot_nominal(
+            groups, args.title or f"{domain}: nominal return (95% CI)", Path(args.out)
+        )
+    else:
+        panels = []
+        for rows, extra in tables:
+            family, domain = extra.get("perturbation", "none"), extra.get("domain", "")
+            unit = get_perturbation(domain, family).unit if family != "none" else ""
+            panels.append((rows, f"{domain}/{extra.get('task', '')}", f"{family} ({unit})"))
+        png = plot_sweeps(panels, Path(args.out), args.title)
+    print(f"wrote {png}")
 
 
 def _cmd_demos(args: argparse.Namespace) -> None:
+    import torch
+
     from rbfm.data import load_dataset
+    from rbfm.envs import TASKS
     from rbfm.evaluation import mean_ci
     from rbfm.fb.checkpoint import load_checkpoint
     from rbfm.fb.zero_shot import infer_z, labelled_states
@@ -147,13 +175,19 @@ def _cmd_demos(args: argparse.Namespace) -> None:
 
     model, meta = load_checkpoint(args.checkpoint, device=args.device)
     domain = meta["domain"]
-    ds = load_dataset(args.dataset or meta["dataset"]["path"], domain)
-    obs, rewards = labelled_states(ds, domain, model.cfg.reward_samples, args.seed)
-    if args.task not in rewards:
-        raise ConfigError(f"unknown {domain} task {args.task!r}; valid: {', '.join(rewards)}")
-    z = infer_z(model, obs, rewards[args.task])
+    if args.task not in TASKS[domain]:
+        raise ConfigError(f"unknown {domain} task {args.task!r}; valid: {', '.join(TASKS[domain])}")
+    stored = meta.get("task_z", {}).get(args.task)
+    if stored is not None and args.dataset is None:
+        # The z the checkpoint was selected with (best/exported models store it), so
+        # demonstrations need no dataset and match the model's reported returns.
+        z, source = torch.tensor(stored, dtype=torch.float32), "checkpoint"
+    else:
+        ds = load_dataset(args.dataset or meta["dataset"]["path"], domain)
+        obs, rewards = labelled_states(ds, domain, model.cfg.reward_samples, args.seed)
+        z, source = infer_z(model, obs, rewards[args.task]), "dataset"
     demos = generate_demos(model, domain, args.task, z, args.episodes, args.seed)
-    demos.meta["checkpoint"] = str(args.checkpoint)
+    demos.meta.update(checkpoint=str(args.checkpoint), z_source=source)
     path = save_demos(args.out, demos)
     m, h = mean_ci(demos.returns)
     print(
@@ -465,7 +499,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", required=True)
     p.add_argument("--episodes", type=int, default=200)
     p.add_argument("--out", required=True, help="demonstrations file (.npz)")
-    p.add_argument("--dataset", default=None, help="default: the model's training dataset")
+    p.add_argument(
+        "--dataset",
+        default=None,
+        help="infer the task's z from this dataset (default: the z stored in the "
+        "checkpoint, else the model's training dataset)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None)
     p.set_defaults(func=_cmd_demos)
@@ -528,9 +567,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default=None, help="default: the model's training dataset")
     p.set_defaults(func=_cmd_export)
 
-    p = sub.add_parser("plot", help="plot a pretraining run's IQM curve to a PNG")
-    p.add_argument("run", help="pretraining run directory")
+    p = sub.add_parser(
+        "plot",
+        help="plot a pretraining run's IQM curve, or tables from `evaluate` (nominal: bars "
+        "per task; sweeps: a panel per table), to a PNG",
+    )
+    p.add_argument("inputs", nargs="+", help="a pretraining run directory, or CSV tables")
     p.add_argument("--out", required=True, help="PNG file to write")
+    p.add_argument("--title", default=None)
     p.set_defaults(func=_cmd_plot)
 
     p = sub.add_parser("info", help="summarise a dataset, with every task's relabelled rewards")

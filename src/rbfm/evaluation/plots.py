@@ -42,15 +42,49 @@ def plot_pretraining(run: Path, out: Path) -> Path:
 
 def plot_sweep(rows: list[SweepRow], title: str, xlabel: str, out: Path) -> Path:
     """Mean return (95% CI band) against perturbation level, one line per method."""
-    fig, ax = plt.subplots(figsize=(5.6, 3.8), dpi=110)
-    for method in dict.fromkeys(r.method for r in rows):
-        mine = [r for r in rows if r.method == method]
-        x = np.array([np.nan if r.level is None else r.level for r in mine], float)
-        y = np.array([r.mean for r in mine])
-        h = np.array([r.ci95 for r in mine])
-        ax.plot(x, y, marker=_MARKERS.get(method, "o"), label=method)
-        ax.fill_between(x, y - h, y + h, alpha=0.15)
-    ax.set_xlabel(xlabel)
+    return plot_sweeps([(rows, title, xlabel)], out)
+
+
+def plot_sweeps(
+    panels: list[tuple[list[SweepRow], str, str]], out: Path, suptitle: str | None = None
+) -> Path:
+    """One panel per (rows, title, x label) sweep, side by side, sharing the legend."""
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(0.4 + 5.2 * len(panels), 3.8), dpi=110, squeeze=False
+    )
+    for ax, (rows, title, xlabel) in zip(axes[0], panels, strict=True):
+        for method in dict.fromkeys(r.method for r in rows):
+            mine = [r for r in rows if r.method == method]
+            x = np.array([np.nan if r.level is None else r.level for r in mine], float)
+            y = np.array([r.mean for r in mine])
+            h = np.array([r.ci95 for r in mine])
+            ax.plot(x, y, marker=_MARKERS.get(method, "o"), label=method)
+            ax.fill_between(x, y - h, y + h, alpha=0.15)
+        ax.set_xlabel(xlabel)
+        ax.set_title(title, fontsize=10)
+        ax.grid(alpha=0.3)
+    axes[0, 0].set_ylabel("return")
+    axes[0, 0].legend(fontsize=8)
+    if suptitle:
+        fig.suptitle(suptitle, fontsize=10)
+    return _save(fig, axes[0, 0], out)
+
+
+def plot_nominal(groups: list[tuple[str, list[SweepRow]]], title: str, out: Path) -> Path:
+    """Grouped bars of nominal return (95% CI whiskers): one group per task, a bar per method."""
+    methods = list(dict.fromkeys(r.method for _, rows in groups for r in rows))
+    width = 0.8 / len(methods)
+    fig, ax = plt.subplots(figsize=(1.2 + 1.6 * len(groups), 3.8), dpi=110)
+    for j, method in enumerate(methods):
+        label: str | None = method  # once per method: baselines may miss some groups
+        for i, (_, rows) in enumerate(groups):
+            for r in (r for r in rows if r.method == method):
+                offset = (j - (len(methods) - 1) / 2) * width
+                ax.bar(
+                    i + offset, r.mean, width, yerr=r.ci95, capsize=2, color=f"C{j}", label=label
+                )
+                label = None
+    ax.set_xticks(range(len(groups)), [name for name, _ in groups])
     ax.set_ylabel("return")
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8)
@@ -58,7 +92,7 @@ def plot_sweep(rows: list[SweepRow], title: str, xlabel: str, out: Path) -> Path
 
 
 def _save(fig: Figure, ax: Axes, out: Path) -> Path:
-    ax.grid(alpha=0.3)
+    ax.grid(alpha=0.3, axis="y" if ax.patches else "both")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out)

@@ -140,3 +140,28 @@ def write_csv(path: str | os.PathLike[str], rows: list[SweepRow], extra: dict[st
                     r.unstable,
                 ]
             )
+
+
+def read_csv(path: str | os.PathLike[str]) -> tuple[list[SweepRow], dict[str, str]]:
+    """The rows of a table written by `write_csv`, and its leading descriptive columns."""
+    try:
+        with open(path, newline="") as f:
+            records = list(csv.DictReader(f))
+        rows = [
+            SweepRow(
+                r["method"],
+                float(r["level"]) if r["level"] else None,
+                float(r["mean"]),
+                float(r["ci95"]),
+                int(r["seeds"]),
+                int(r["episodes"]),
+                int(r["unstable"]),
+            )
+            for r in records
+        ]
+    except (OSError, KeyError, ValueError) as e:
+        raise ConfigError(f"{path}: not a table written by `rbfm evaluate` ({e!r})") from e
+    if not rows:
+        raise ConfigError(f"{path}: the table is empty")
+    fields = {f.name for f in SweepRow.__dataclass_fields__.values()}
+    return rows, {k: v for k, v in records[0].items() if k not in fields}
