@@ -227,7 +227,7 @@ def test_cli_pipeline_from_pretraining_to_a_sweep(
                 "--checkpoint",
                 str(run),
                 "--z",
-                *zs,
+                *reversed(zs),  # rows come in the paper's order whatever the file order
                 "--task",
                 "walk",
                 "--perturbation",

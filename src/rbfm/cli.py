@@ -267,9 +267,11 @@ def _cmd_infer(args: argparse.Namespace) -> None:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> None:
+    from rbfm.baselines import BASELINES
     from rbfm.envs import get_perturbation
     from rbfm.evaluation.sweep import load_z, sweep, write_csv
     from rbfm.fb.checkpoint import load_checkpoint
+    from rbfm.inference import METHODS
 
     zs, policies, domains = [], [], set()
     for path in args.z:
@@ -282,6 +284,11 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
             z, info = load_z(path)
             zs.append((str(info.get("method", Path(path).stem)), z))
         domains.add(info.get("domain"))
+    # Rows in the paper's order (FB-IL, Light, Heavy, then the baselines), whatever the
+    # order of the files (shell globs sort them alphabetically).
+    order = [*METHODS, *BASELINES]
+    zs.sort(key=lambda e: order.index(e[0]) if e[0] in order else len(order))
+    policies.sort(key=lambda e: order.index(e[0]) if e[0] in order else len(order))
     model, domain = None, str(next(iter(domains)))
     if zs:
         if args.checkpoint is None:
