@@ -531,7 +531,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--eps", type=float, default=None, help="robustness radius (default 0.8)")
     p.add_argument("--steps", type=int, default=None, help="default: the paper's")
     p.add_argument("--num-demos", type=int, default=4, help="episodes drawn per seed")
-    p.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the actor")
+    p.add_argument(
+        "--bf16",
+        action="store_true",
+        help="a bfloat16 copy of the actor (faster, for CPUs with bf16 units)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None)
     p.add_argument(

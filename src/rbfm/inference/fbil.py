@@ -25,12 +25,12 @@ class FBILConfig:
     lr: float = 1e-3
     batch_size: int = 512
     noise_std: float = 0.1
-    bf16: bool = False  # bfloat16 autocast for the actor (off: the paper's precision)
+    bf16: bool = False  # a bfloat16 copy of the actor (off: the paper's precision)
     trace_every: int = 10
 
 
 def infer(model: FBModel, demos: Demos, cfg: FBILConfig, seed: int) -> InferenceResult:
-    data = prepare(model, demos)
+    data = prepare(model, demos, cfg.bf16)
     gen = torch.Generator(data.obs.device).manual_seed(seed)
     z = data.z_w.clone().requires_grad_(True)
     opt = torch.optim.Adam([z], lr=cfg.lr)
@@ -39,7 +39,7 @@ def infer(model: FBModel, demos: Demos, cfg: FBILConfig, seed: int) -> Inference
     for step, idx in enumerate(
         batches(len(data.obs), cfg.batch_size, cfg.steps, gen, data.obs.device)
     ):
-        loss = imitation_losses(model, data, idx, z, cfg.noise_std, gen, cfg.bf16).mean()
+        loss = imitation_losses(data, idx, z, model.radius, cfg.noise_std, gen).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward(inputs=[z])  # the networks are frozen: no weight gradients
         opt.step()

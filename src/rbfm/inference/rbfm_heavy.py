@@ -37,7 +37,7 @@ class HeavyConfig:
     steps: int = 5000
     batch_size: int = 512
     noise_std: float = 0.1
-    bf16: bool = False  # bfloat16 autocast for the actor (off: the paper's precision)
+    bf16: bool = False  # a bfloat16 copy of the actor (off: the paper's precision)
     divergence: str = "soft_tv"
     hidden: int = 64
     tau_init: float = 1.0
@@ -56,7 +56,7 @@ def _critic(inp: int, hidden: int) -> nn.Sequential:
 
 def infer(model: FBModel, demos: Demos, cfg: HeavyConfig, seed: int) -> InferenceResult:
     divergence = get_divergence(cfg.divergence)
-    data = prepare(model, demos)
+    data = prepare(model, demos, cfg.bf16)
     device = data.obs.device
     gen = torch.Generator(device).manual_seed(seed)
     with torch.no_grad():
@@ -78,7 +78,7 @@ def infer(model: FBModel, demos: Demos, cfg: HeavyConfig, seed: int) -> Inferenc
     init_all = batches(n, cfg.batch_size, cfg.steps, gen, device)  # every state is initial
     for step in range(cfg.steps):
         idx, init = idx_all[step], init_all[step]
-        losses = imitation_losses(model, data, idx, z, cfg.noise_std, gen, cfg.bf16)
+        losses = imitation_losses(data, idx, z, model.radius, cfg.noise_std, gen)
 
         c = heavy_residual(losses.detach(), q(feat[idx])[:, 0], q(next_feat[idx])[:, 0], cfg.gamma)
         # Algorithm 3: w* of this iteration's (Q, tau) serves both updates.

@@ -29,12 +29,12 @@ class LightConfig:
     lr: float = 5e-4
     batch_size: int = 512
     noise_std: float = 0.1
-    bf16: bool = False  # bfloat16 autocast for the actor (off: the paper's precision)
+    bf16: bool = False  # a bfloat16 copy of the actor (off: the paper's precision)
     trace_every: int = 10
 
 
 def infer(model: FBModel, demos: Demos, cfg: LightConfig, seed: int) -> InferenceResult:
-    data = prepare(model, demos)
+    data = prepare(model, demos, cfg.bf16)
     gen = torch.Generator(data.obs.device).manual_seed(seed)
     z = data.z_w.clone().requires_grad_(True)
     opt = torch.optim.Adam([z], lr=cfg.lr)
@@ -44,7 +44,7 @@ def infer(model: FBModel, demos: Demos, cfg: LightConfig, seed: int) -> Inferenc
     for step, idx in enumerate(
         batches(len(data.obs), cfg.batch_size, cfg.steps, gen, data.obs.device)
     ):
-        losses = imitation_losses(model, data, idx, z, cfg.noise_std, gen, cfg.bf16)
+        losses = imitation_losses(data, idx, z, model.radius, cfg.noise_std, gen)
         value, lam = light_objective(losses, cfg.eps)
         opt.zero_grad(set_to_none=True)
         value.backward(inputs=[z])  # the networks are frozen: no weight gradients
