@@ -121,3 +121,45 @@ def test_bad_inputs() -> None:
     assert drbc.drbc_config("paper", "quadruped").lr_decay == 0.9
     with pytest.raises(ConfigError, match="valid choices: paper, cpu"):
         bedroil.bedroil_config("tiny")
+
+
+class _Killed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("method", ["drbc", "bedroil"])
+def test_an_interrupted_run_resumes_to_the_uninterrupted_result(
+    method: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    demos, _ = _linear_expert_demos(2, 50)
+    module = {"drbc": drbc, "bedroil": bedroil}[method]
+    cfg = (
+        drbc.DRBCConfig(hidden=(32, 32), steps=50, batch_size=32, decay_every=7, trace_every=3)
+        if method == "drbc"
+        else bedroil.BEDROILConfig(hidden=(32, 32), steps=50, batch_size=32, trace_every=3)
+    )
+    full = module.train(demos, 17, 6, cfg, seed=1)  # type: ignore[attr-defined]
+
+    real_bar = module.steps_bar  # type: ignore[attr-defined]
+
+    def killed_at_33(steps, desc, enabled):  # type: ignore[no-untyped-def]
+        for step in real_bar(steps, desc, enabled):
+            if step == 33:
+                raise _Killed
+            yield step
+
+    resume = tmp_path / "run.resume.pt"
+    monkeypatch.setattr(module, "steps_bar", killed_at_33)
+    with pytest.raises(_Killed):
+        module.train(demos, 17, 6, cfg, seed=1, resume=resume, resume_every=10)  # type: ignore[attr-defined]
+    assert resume.exists()
+    monkeypatch.setattr(module, "steps_bar", real_bar)
+    with pytest.raises(CheckpointError, match="other settings"):  # another seed: refused
+        module.train(demos, 17, 6, cfg, seed=2, resume=resume, resume_every=10)  # type: ignore[attr-defined]
+    back = module.train(demos, 17, 6, cfg, seed=1, resume=resume, resume_every=10)  # type: ignore[attr-defined]
+    assert back.steps == 20 and not resume.exists()  # resumed at 30, file removed at the end
+    assert back.trace == full.trace
+    for a, b in zip(
+        back.policy.state_dict().values(), full.policy.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -186,7 +186,7 @@ def _cmd_demos(args: argparse.Namespace) -> None:
         ds = load_dataset(args.dataset or meta["dataset"]["path"], domain)
         obs, rewards = labelled_states(ds, domain, model.cfg.reward_samples, args.seed)
         z, source = infer_z(model, obs, rewards[args.task]), "dataset"
-    demos = generate_demos(model, domain, args.task, z, args.episodes, args.seed)
+    demos = generate_demos(model, domain, args.task, z, args.episodes, args.seed, progress=True)
     demos.meta.update(checkpoint=str(args.checkpoint), z_source=source)
     path = save_demos(args.out, demos)
     m, h = mean_ci(demos.returns)
@@ -212,12 +212,16 @@ def _cmd_infer(args: argparse.Namespace) -> None:
         "num_demos": args.num_demos,
     }
     if args.method in BASELINES:
-        result, config = train_baseline(args.method, demos, args.preset, args.seed, args.steps)
+        stem = Path(args.out).with_suffix("")
+        resume = stem.with_name(f"{stem.name}.resume.pt")  # long paper runs continue from it
+        result, config = train_baseline(
+            args.method, demos, args.preset, args.seed, args.steps, progress=True, resume=resume
+        )
         from rbfm.envs import get_domain
 
         spec = get_domain(demos.domain)
-        stem = save_policy(
-            Path(args.out).with_suffix(""),
+        save_policy(
+            stem,
             result.policy,
             {
                 **common,
@@ -225,13 +229,16 @@ def _cmd_infer(args: argparse.Namespace) -> None:
                 "config": config,
                 "obs_dim": spec.obs_dim,
                 "action_dim": spec.action_dim,
+                "steps": config["steps"],
+                # this process's share when the run was resumed
                 "seconds": result.seconds,
-                "steps": result.steps,
+                "steps_timed": result.steps,
             },
         )
         print(
-            f"{args.method}: policy written to {stem}.safetensors/.json ({result.steps} "
-            f"steps, {result.seconds:.1f} s, {result.ms_per_step:.2f} ms/step)"
+            f"{args.method}: policy written to {stem}.safetensors/.json ({config['steps']} "
+            f"steps, {result.steps} of them in {result.seconds:.1f} s here, "
+            f"{result.ms_per_step:.2f} ms/step)"
         )
         return
     if args.checkpoint is None:
@@ -246,7 +253,7 @@ def _cmd_infer(args: argparse.Namespace) -> None:
         overrides["bf16"] = True
     if "eps" in overrides and args.method == "fbil":
         raise ConfigError("--eps applies to rbfm-light and rbfm-heavy only")
-    result_z = infer(model, demos, args.method, args.seed, **overrides)
+    result_z = infer(model, demos, args.method, args.seed, True, **overrides)
     save_z(
         args.out,
         result_z.z,
@@ -312,6 +319,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
         args.episodes,
         args.seed,
         policies=policies,
+        progress=True,
     )
     print(
         f"{domain}/{args.task}, {args.perturbation or 'nominal'}: mean return +- 95% CI "

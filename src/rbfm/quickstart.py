@@ -41,7 +41,7 @@ def _log(start: float, message: str) -> None:
     print(f"[{time.perf_counter() - start:6.0f} s] {message}", flush=True)
 
 
-def _model_path(cfg: QuickstartConfig, start: float) -> Path:
+def _model_path(cfg: QuickstartConfig, start: float, progress: bool) -> Path:
     from rbfm.exploration import CollectConfig, collect
     from rbfm.fb.pretrain import PretrainConfig, pretrain
 
@@ -52,7 +52,7 @@ def _model_path(cfg: QuickstartConfig, start: float) -> Path:
         return REFERENCE
     out = Path(cfg.out)
     _log(start, f"no reference model: collecting {cfg.collect_transitions:,} RND transitions")
-    collect(CollectConfig("cheetah", "rnd", cfg.collect_transitions, str(out / "data")))
+    collect(CollectConfig("cheetah", "rnd", cfg.collect_transitions, str(out / "data")), progress)
     _log(start, f"pretraining an FB model for {cfg.pretrain_steps:,} updates (cpu preset)")
     run = pretrain(
         PretrainConfig(
@@ -60,36 +60,48 @@ def _model_path(cfg: QuickstartConfig, start: float) -> Path:
             out=str(out / "fb"),
             steps=cfg.pretrain_steps,
             eval_every=cfg.pretrain_steps,
-        )
+        ),
+        progress,
     )
     return run / "best"
 
 
-def quickstart(cfg: QuickstartConfig) -> list[SweepRow]:
+def quickstart(cfg: QuickstartConfig, progress: bool = True) -> list[SweepRow]:
     from rbfm.envs import get_perturbation
     from rbfm.inference import METHODS, generate_demos, infer
 
     start = time.perf_counter()
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    path = _model_path(cfg, start)
+    path = _model_path(cfg, start, progress)
     model, meta = load_checkpoint(path)
     task_z = read_meta(path).get("task_z", {})
     if cfg.task not in task_z:
         raise ValueError(f"{path} holds no reward-inferred z for {cfg.task!r}")
     z_expert = torch.tensor(task_z[cfg.task])
     _log(start, f"generating {cfg.demos} expert demonstrations of cheetah/{cfg.task}")
-    demos = generate_demos(model, "cheetah", cfg.task, z_expert, cfg.demos, seed=0)
+    demos = generate_demos(model, "cheetah", cfg.task, z_expert, cfg.demos, 0, progress=progress)
     _log(start, f"expert return {demos.returns.mean():.1f}")
     zs = []
     for method in METHODS:
         for seed in range(cfg.seeds):
-            res = infer(model, demos.sample(4, seed), method, seed, steps=cfg.inference_steps)
+            res = infer(
+                model, demos.sample(4, seed), method, seed, progress, steps=cfg.inference_steps
+            )
             zs.append((method, res.z))
             _log(start, f"{method} seed {seed}: {res.steps} steps in {res.seconds:.1f} s")
     pert = get_perturbation("cheetah", cfg.perturbation)
     _log(start, f"evaluating under {cfg.perturbation} at {', '.join(map(str, pert.levels))}")
-    rows = sweep(model, zs, "cheetah", cfg.task, cfg.perturbation, list(pert.levels), cfg.episodes)
+    rows = sweep(
+        model,
+        zs,
+        "cheetah",
+        cfg.task,
+        cfg.perturbation,
+        list(pert.levels),
+        cfg.episodes,
+        progress=progress,
+    )
     write_csv(out / "sweep.csv", rows, {"task": cfg.task, "perturbation": cfg.perturbation})
     png = plot_sweep(
         rows,

@@ -25,21 +25,33 @@ BASELINES = ("drbc", "bedroil")
 
 
 def train_baseline(
-    method: str, demos: Demos, preset: str, seed: int, steps: int | None = None
+    method: str,
+    demos: Demos,
+    preset: str,
+    seed: int,
+    steps: int | None = None,
+    progress: bool = False,
+    resume: Path | None = None,
 ) -> tuple[BaselineResult, dict[str, object]]:
-    """Trains DRBC or BE-DROIL on `demos`; returns the result and its config as a dict."""
+    """Trains DRBC or BE-DROIL on `demos`; returns the result and its config as a dict.
+
+    With `resume` (a file) the run snapshots itself there and continues from it.
+    """
     from rbfm.envs import get_domain
 
     spec = get_domain(demos.domain)
+    dims = spec.obs_dim, spec.action_dim
     if method == "drbc":
         cfg_d = drbc.drbc_config(preset, demos.domain)
         cfg_d = cfg_d if steps is None else drbc.DRBCConfig(**{**asdict(cfg_d), "steps": steps})
-        return drbc.train(demos, spec.obs_dim, spec.action_dim, cfg_d, seed), asdict(cfg_d)
+        res = drbc.train(demos, *dims, cfg_d, seed, progress=progress, resume=resume)
+        return res, asdict(cfg_d)
     if method == "bedroil":
         cfg_b = bedroil.bedroil_config(preset)
         if steps is not None:
             cfg_b = bedroil.BEDROILConfig(**{**asdict(cfg_b), "steps": steps})
-        return bedroil.train(demos, spec.obs_dim, spec.action_dim, cfg_b, seed), asdict(cfg_b)
+        res = bedroil.train(demos, *dims, cfg_b, seed, progress=progress, resume=resume)
+        return res, asdict(cfg_b)
     raise unknown("baseline", method, BASELINES)
 
 

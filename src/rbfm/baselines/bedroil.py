@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
-from rbfm.baselines.common import BaselineResult, demo_tensors, mlp
+from rbfm.baselines.common import BaselineResult, Resume, demo_tensors, fingerprint, mlp
 from rbfm.errors import unknown
+from rbfm.inference.common import steps_bar
 from rbfm.inference.demos import Demos
 from rbfm.inference.divergences import get_divergence
 from rbfm.inference.duals import heavy_critic_loss, heavy_policy_loss, heavy_residual
@@ -81,7 +83,11 @@ def train(
     cfg: BEDROILConfig,
     seed: int,
     device: str | None = None,
+    progress: bool = False,
+    resume: Path | None = None,
+    resume_every: int = 10_000,
 ) -> BaselineResult:
+    """Trains on `demos`; with `resume`, snapshots there and continues from one (`Resume`)."""
     start = time.perf_counter()
     dev = torch.device(device or "cpu")
     data = demo_tensors(demos, obs_dim, action_dim, dev)
@@ -97,7 +103,17 @@ def train(
     next_sa = torch.cat([data["next_observation"], data["next_action"]], -1)
     result = BaselineResult("bedroil", policy)
     n = len(sa)
-    for step in range(cfg.steps):
+    state = {
+        "policy": policy,
+        "q": q,
+        "tau": tau,
+        "critic_opt": critic_opt,
+        "policy_opt": policy_opt,
+        "gen": gen,
+    }
+    snapshots = Resume(resume, resume_every, fingerprint("bedroil", cfg, seed, demos))
+    first = snapshots.load(state, result)
+    for step in steps_bar(range(first, cfg.steps), "bedroil", progress):
         idx = torch.randint(n, (cfg.batch_size,), generator=gen, device=dev)
         init = torch.randint(n, (cfg.batch_size,), generator=gen, device=dev)
         a = policy.sample(data["observation"][idx], gen)
@@ -115,5 +131,7 @@ def train(
         policy_opt.step()
         if step % cfg.trace_every == 0:
             result.trace.append(float(value.detach()))
-    result.steps, result.seconds = cfg.steps, time.perf_counter() - start
+        snapshots.save(step + 1, state, result)
+    snapshots.finish()
+    result.steps, result.seconds = cfg.steps - first, time.perf_counter() - start
     return result

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
-from rbfm.baselines.common import BaselineResult, demo_tensors, mlp
+from rbfm.baselines.common import BaselineResult, Resume, demo_tensors, fingerprint, mlp
 from rbfm.errors import unknown
+from rbfm.inference.common import steps_bar
 from rbfm.inference.demos import Demos
 from rbfm.inference.duals import light_objective
 
@@ -69,7 +71,11 @@ def train(
     cfg: DRBCConfig,
     seed: int,
     device: str | None = None,
+    progress: bool = False,
+    resume: Path | None = None,
+    resume_every: int = 10_000,
 ) -> BaselineResult:
+    """Trains on `demos`; with `resume`, snapshots there and continues from one (`Resume`)."""
     start = time.perf_counter()
     dev = torch.device(device or "cpu")
     data = demo_tensors(demos, obs_dim, action_dim, dev)
@@ -80,7 +86,10 @@ def train(
     schedule = torch.optim.lr_scheduler.StepLR(opt, cfg.decay_every, cfg.lr_decay)
     result = BaselineResult("drbc", policy)
     n = len(data["observation"])
-    for step in range(cfg.steps):
+    state = {"policy": policy, "opt": opt, "schedule": schedule, "gen": gen}
+    snapshots = Resume(resume, resume_every, fingerprint("drbc", cfg, seed, demos))
+    first = snapshots.load(state, result)
+    for step in steps_bar(range(first, cfg.steps), "drbc", progress):
         idx = torch.randint(n, (cfg.batch_size,), generator=gen, device=dev)
         losses = (policy(data["observation"][idx]) - data["action"][idx]).square().sum(-1)
         value, _ = light_objective(losses, cfg.eps)
@@ -90,5 +99,7 @@ def train(
         schedule.step()
         if step % cfg.trace_every == 0:
             result.trace.append(float(value.detach()))
-    result.steps, result.seconds = cfg.steps, time.perf_counter() - start
+        snapshots.save(step + 1, state, result)
+    snapshots.finish()
+    result.steps, result.seconds = cfg.steps - first, time.perf_counter() - start
     return result

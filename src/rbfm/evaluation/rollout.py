@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 from dm_control.rl.control import PhysicsError
+from tqdm import tqdm
 
-from rbfm.envs import RbfmEnv, make_env
+from rbfm.envs import RbfmEnv, get_domain, make_env
 
 # Maps the observations of the running episodes (n, obs_dim) and their indices in the
 # batch (n,) to actions (n, action_dim); the indices let one call serve episodes that
@@ -192,11 +193,13 @@ class RolloutEngine:
         seed: int = 0,
         record: bool = False,
         seeds: Sequence[tuple[int, int]] | None = None,
+        progress: str | None = None,
     ) -> RolloutResult:
         """Runs `episodes` episodes of `spec`, or one episode per entry of a list of specs.
 
         The k-th episode of each spec starts from the initial state of seed (seed, k),
-        whatever the workers and whatever else shares the batch.
+        whatever the workers and whatever else shares the batch. `progress` names a
+        progress bar over the batch's control steps (none by default).
         """
         start = time.perf_counter()
         specs = [spec] * (episodes or 0) if isinstance(spec, EnvSpec) else list(spec)
@@ -222,6 +225,8 @@ class RolloutEngine:
             history.append((obs, np.concatenate([p for _, p in first])))
         returns, lengths = np.zeros(n), np.zeros(n, np.int64)
         unstable, alive = np.zeros(n, bool), np.ones(n, bool)
+        horizon = max(get_domain(s.domain).episode_length for s, _ in plan)
+        bar = tqdm(total=horizon, desc=progress, unit="step", disable=progress is None, leave=False)
         while alive.any():
             idx = np.flatnonzero(alive)
             act = policy(obs[idx], idx)
@@ -234,8 +239,10 @@ class RolloutEngine:
             unstable |= bad
             obs = np.where(alive[:, None], new_obs, obs)
             alive &= ~done
+            bar.update(1)
             if record:
                 physics = np.concatenate([r[4] for r in results])
                 history.append((obs, physics, actions, reward))
+        bar.close()
         trajectories = _trajectories(history, lengths) if record else None
         return RolloutResult(returns, lengths, unstable, time.perf_counter() - start, trajectories)

@@ -80,6 +80,7 @@ def sweep(
     seed: int = 0,
     engine: RolloutEngine | None = None,
     policies: list[tuple[str, Policy]] | None = None,
+    progress: bool = False,
 ) -> list[SweepRow]:
     """Every (method, z) of the FB model and every (method, policy) at every level.
 
@@ -104,7 +105,10 @@ def sweep(
             # Paired comparison: every entry's episode k starts from seed (seed, k).
             specs = [EnvSpec(domain, task, perturbation, level)] * (len(entries) * episodes)
             seeds = [(seed, k) for _ in entries for k in range(episodes)]
-            res = engine.run(specs, _dispatch(groups), seeds=seeds)
+            label = f"{perturbation}={level:g}" if level is not None else "nominal"
+            res = engine.run(
+                specs, _dispatch(groups), seeds=seeds, progress=label if progress else None
+            )
             by_method: dict[str, list[np.ndarray]] = defaultdict(list)
             unstable: dict[str, int] = defaultdict(int)
             for i, method in enumerate(entries):

@@ -30,13 +30,18 @@ METHODS: dict[str, tuple[Callable[..., InferenceResult], type]] = {
 
 
 def infer(
-    model: FBModel, demos: Demos, method: str, seed: int = 0, **overrides: Any
+    model: FBModel,
+    demos: Demos,
+    method: str,
+    seed: int = 0,
+    progress: bool = False,
+    **overrides: Any,
 ) -> InferenceResult:
     """Runs `method` with its paper defaults, optionally overridden (e.g. eps=0.5)."""
     if method not in METHODS:
         raise unknown("inference method", method, METHODS)
     run, config = METHODS[method]
-    return run(model, demos, config(**overrides), seed)
+    return run(model, demos, config(**overrides), seed, progress)
 
 
 __all__ = [

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import torch
+from tqdm import tqdm
 
 from rbfm.errors import DatasetError
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import Actor, project
 from rbfm.inference.demos import Demos, warm_start
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -95,6 +100,11 @@ def imitation_losses(
     pi = data.actor.from_embedding(data.s_embed[idx], data.actor_obs[idx], zb).float()
     noisy = pi + noise_std * torch.randn(pi.shape, generator=gen, device=pi.device)
     return (noisy - data.action[idx]).square().sum(-1)
+
+
+def steps_bar(steps: Iterable[T], desc: str, enabled: bool) -> Iterable[T]:
+    """The optimisation steps, with a progress bar when `enabled` (the command line)."""
+    return tqdm(steps, desc=desc, unit="step", disable=not enabled, leave=False, mininterval=0.5)
 
 
 def batches(

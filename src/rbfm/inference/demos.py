@@ -163,12 +163,20 @@ def generate_demos(
     episodes: int,
     seed: int,
     engine: RolloutEngine | None = None,
+    progress: bool = False,
 ) -> Demos:
     """Rolls out pi_z in the nominal environment and records every episode."""
     own = engine is None
     engine = engine or RolloutEngine(0)
     try:
-        res = engine.run(EnvSpec(domain, task), policy(model, z), episodes, seed=seed, record=True)
+        res = engine.run(
+            EnvSpec(domain, task),
+            policy(model, z),
+            episodes,
+            seed=seed,
+            record=True,
+            progress=f"{episodes} demonstrations" if progress else None,
+        )
     finally:
         if own:
             engine.close()

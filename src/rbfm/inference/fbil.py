@@ -13,7 +13,14 @@ import torch
 
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
-from rbfm.inference.common import InferenceResult, batches, imitation_losses, prepare, sphere
+from rbfm.inference.common import (
+    InferenceResult,
+    batches,
+    imitation_losses,
+    prepare,
+    sphere,
+    steps_bar,
+)
 from rbfm.inference.demos import Demos
 
 
@@ -29,16 +36,17 @@ class FBILConfig:
     trace_every: int = 10
 
 
-def infer(model: FBModel, demos: Demos, cfg: FBILConfig, seed: int) -> InferenceResult:
+def infer(
+    model: FBModel, demos: Demos, cfg: FBILConfig, seed: int, progress: bool = False
+) -> InferenceResult:
     data = prepare(model, demos, cfg.bf16)
     gen = torch.Generator(data.obs.device).manual_seed(seed)
     z = data.z_w.clone().requires_grad_(True)
     opt = torch.optim.Adam([z], lr=cfg.lr)
     result = InferenceResult("fbil", z)
     result.setup_seconds = time.perf_counter() - data.started
-    for step, idx in enumerate(
-        batches(len(data.obs), cfg.batch_size, cfg.steps, gen, data.obs.device)
-    ):
+    indices = batches(len(data.obs), cfg.batch_size, cfg.steps, gen, data.obs.device)
+    for step, idx in enumerate(steps_bar(indices, "fbil", progress)):
         loss = imitation_losses(data, idx, z, model.radius, cfg.noise_std, gen).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward(inputs=[z])  # the networks are frozen: no weight gradients

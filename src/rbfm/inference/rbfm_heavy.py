@@ -19,7 +19,14 @@ from torch import nn
 
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
-from rbfm.inference.common import InferenceResult, batches, imitation_losses, prepare, sphere
+from rbfm.inference.common import (
+    InferenceResult,
+    batches,
+    imitation_losses,
+    prepare,
+    sphere,
+    steps_bar,
+)
 from rbfm.inference.demos import Demos
 from rbfm.inference.divergences import get_divergence
 from rbfm.inference.duals import heavy_critic_loss, heavy_policy_loss, heavy_residual
@@ -54,7 +61,9 @@ def _critic(inp: int, hidden: int) -> nn.Sequential:
     )
 
 
-def infer(model: FBModel, demos: Demos, cfg: HeavyConfig, seed: int) -> InferenceResult:
+def infer(
+    model: FBModel, demos: Demos, cfg: HeavyConfig, seed: int, progress: bool = False
+) -> InferenceResult:
     divergence = get_divergence(cfg.divergence)
     data = prepare(model, demos, cfg.bf16)
     device = data.obs.device
@@ -76,7 +85,7 @@ def infer(model: FBModel, demos: Demos, cfg: HeavyConfig, seed: int) -> Inferenc
     n = len(data.obs)
     idx_all = batches(n, cfg.batch_size, cfg.steps, gen, device)
     init_all = batches(n, cfg.batch_size, cfg.steps, gen, device)  # every state is initial
-    for step in range(cfg.steps):
+    for step in steps_bar(range(cfg.steps), "rbfm-heavy", progress):
         idx, init = idx_all[step], init_all[step]
         losses = imitation_losses(data, idx, z, model.radius, cfg.noise_std, gen)
 

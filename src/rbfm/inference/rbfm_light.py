@@ -15,7 +15,14 @@ import torch
 
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
-from rbfm.inference.common import InferenceResult, batches, imitation_losses, prepare, sphere
+from rbfm.inference.common import (
+    InferenceResult,
+    batches,
+    imitation_losses,
+    prepare,
+    sphere,
+    steps_bar,
+)
 from rbfm.inference.demos import Demos
 from rbfm.inference.duals import light_objective
 
@@ -33,7 +40,9 @@ class LightConfig:
     trace_every: int = 10
 
 
-def infer(model: FBModel, demos: Demos, cfg: LightConfig, seed: int) -> InferenceResult:
+def infer(
+    model: FBModel, demos: Demos, cfg: LightConfig, seed: int, progress: bool = False
+) -> InferenceResult:
     data = prepare(model, demos, cfg.bf16)
     gen = torch.Generator(data.obs.device).manual_seed(seed)
     z = data.z_w.clone().requires_grad_(True)
@@ -41,9 +50,8 @@ def infer(model: FBModel, demos: Demos, cfg: LightConfig, seed: int) -> Inferenc
     result = InferenceResult("rbfm-light", z)
     result.setup_seconds = time.perf_counter() - data.started
     lam = torch.zeros(())
-    for step, idx in enumerate(
-        batches(len(data.obs), cfg.batch_size, cfg.steps, gen, data.obs.device)
-    ):
+    indices = batches(len(data.obs), cfg.batch_size, cfg.steps, gen, data.obs.device)
+    for step, idx in enumerate(steps_bar(indices, "rbfm-light", progress)):
         losses = imitation_losses(data, idx, z, model.radius, cfg.noise_std, gen)
         value, lam = light_objective(losses, cfg.eps)
         opt.zero_grad(set_to_none=True)
