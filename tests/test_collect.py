@@ -37,7 +37,7 @@ def _cfg(out: Path, agent: str, transitions: int, **kw: object) -> CollectConfig
     return CollectConfig("cheetah", agent, transitions, str(out), preset="tiny", seed=5, **kw)
 
 
-@pytest.mark.parametrize("agent", ["random", "rnd"])
+@pytest.mark.parametrize("agent", ["random", "rnd", "aps"])
 def test_extending_a_collection_equals_collecting_at_once(tmp_path: Path, agent: str) -> None:
     whole = collect(_cfg(tmp_path / "whole", agent, 3000), progress=False)
     part = _cfg(tmp_path / "part", agent, 1500)  # rounds up to 2 episodes
@@ -108,7 +108,7 @@ def test_rerun_with_other_settings_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"agent": "aps"}, "valid choices: random, rnd"),
+        ({"agent": "proto"}, "valid choices: random, rnd, aps"),
         ({"transitions": 0}, "must be positive"),
         ({"domain": "hopper"}, "valid choices: walker"),
         ({"task": "flip"}, "valid choices: walk, run"),
@@ -125,3 +125,32 @@ def test_bad_collection_arguments(tmp_path: Path, changes: dict[str, object], me
     args.update(changes)
     with pytest.raises(ConfigError, match=message):
         collect(CollectConfig(**args), progress=False)  # type: ignore[arg-type]
+
+
+def test_aps_particle_reward_and_skills() -> None:
+    import torch
+
+    from rbfm.exploration.aps import aps_config, episode_skills, particle_reward
+    from rbfm.exploration.ddpg import RunningMeanStd
+
+    rep = torch.randn(20, 10)
+    rms = RunningMeanStd((1,))
+    got = particle_reward(rep, k=4, clip=1e-4, rms=rms)
+    # URLB's formula with a loop: mean over the 4 nearest (self included) of
+    # max(d / running variance - clip, 0), then log(1 + .)
+    d = torch.tensor([[float((a - b).norm()) for b in rep] for a in rep])
+    knn = d.sort(dim=1).values[:, :4]
+    var = knn.reshape(-1).var(unbiased=True)  # first update from var 1, count 1e-4
+    n = knn.numel()
+    merged = (1 * 1e-4 + var * n + knn.mean().square() * 1e-4 * n / (n + 1e-4)) / (n + 1e-4)
+    want = torch.log1p((knn / merged - 1e-4).clamp(min=0).mean(1, keepdim=True))
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)
+
+    cfg = aps_config("tiny")
+    w = episode_skills(7, 3, 1000, cfg)
+    assert w.shape == (1001, cfg.sf_dim)
+    np.testing.assert_allclose(np.linalg.norm(w, axis=1), 1, rtol=1e-5)
+    # row t is the skill of the action at row t; a new skill every 5 actions
+    assert (w[1:6] == w[1]).all() and not np.allclose(w[5], w[6])
+    np.testing.assert_array_equal(w, episode_skills(7, 3, 1000, cfg))  # regenerated on resume
+    assert not np.allclose(w, episode_skills(7, 4, 1000, cfg))

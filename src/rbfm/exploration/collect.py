@@ -1,9 +1,9 @@
 """Resumable reward-free data collection into ExORL episodes.
 
 Determinism is what makes resuming exact: episode k's initial state is drawn from
-a seed derived from (seed, k), the random agent's actions likewise, and the RND
-agent's whole state (weights, optimisers, normalisers, random generators) is
-checkpointed after every episode. A run killed at any moment and started again
+a seed derived from (seed, k), the random agent's actions and APS's skills
+likewise, and a learning agent's whole state (weights, optimisers, normalisers,
+random generators) is checkpointed after every episode. A run killed at any moment and started again
 with the same arguments drops its unfinished episode, restores the last
 checkpoint and produces the same episodes an uninterrupted run would have.
 
@@ -31,10 +31,12 @@ from tqdm import tqdm
 from rbfm.data.exorl import KEYS, TMP_SUFFIX, episode_files, parse_name, read_episode, write_episode
 from rbfm.envs import RbfmEnv, get_domain, make_env
 from rbfm.errors import ConfigError, unknown
+from rbfm.exploration.aps import APSAgent, aps_config
+from rbfm.exploration.ddpg import DDPGAgent
 from rbfm.exploration.replay import EpisodeReplay
 from rbfm.exploration.rnd import RNDAgent, rnd_config
 
-AGENTS = ("random", "rnd")
+AGENTS = ("random", "rnd", "aps")
 STATE_FILE = "collect_state.pt"
 CONFIG_FILE = "collect.json"
 
@@ -65,15 +67,15 @@ class RandomAgent:
 
 
 class _Explorer:
-    """RND behind the collector's interface: it learns from the episodes written so far."""
+    """A learning agent behind the collector's interface: it learns from the episodes
+    written so far."""
 
-    name = "rnd"
-
-    def __init__(self, agent: RNDAgent, replay: EpisodeReplay) -> None:
+    def __init__(self, agent: DDPGAgent, replay: EpisodeReplay) -> None:
         self.agent, self.replay = agent, replay
+        self.name = agent.name
 
     def begin_episode(self, index: int) -> None:
-        pass
+        self.agent.begin_episode(index)
 
     def act(self, obs: np.ndarray, step: int) -> np.ndarray:
         cfg = self.agent.cfg
@@ -84,6 +86,15 @@ class _Explorer:
         ):
             self.agent.update(self.replay)
         return self.agent.act(obs, step)
+
+    def add(self, index: int, episode: dict[str, np.ndarray]) -> None:
+        self.replay.add(episode, self.agent.skills(index))
+
+
+def _learner(cfg: CollectConfig, obs_dim: int, action_dim: int, length: int) -> DDPGAgent:
+    if cfg.agent == "rnd":
+        return RNDAgent(obs_dim, action_dim, rnd_config(cfg.preset), cfg.seed, cfg.device)
+    return APSAgent(obs_dim, action_dim, aps_config(cfg.preset), cfg.seed, length, cfg.device)
 
 
 @dataclass(frozen=True)
@@ -104,7 +115,7 @@ class CollectConfig:
         """What must match for a rerun to continue the same collection."""
         spec = get_domain(self.domain)
         task = self.task or spec.tasks[0]
-        preset = self.preset if self.agent == "rnd" else None
+        preset = self.preset if self.agent != "random" else None
         return {
             "domain": self.domain,
             "agent": self.agent,
@@ -202,23 +213,27 @@ def collect(cfg: CollectConfig, progress: bool = True) -> Path:
     else:
         if cfg.torch_threads is not None:
             torch.set_num_threads(cfg.torch_threads)
-        rnd = RNDAgent(spec.obs_dim, spec.action_dim, rnd_config(cfg.preset), cfg.seed, cfg.device)
+        learner = _learner(cfg, spec.obs_dim, spec.action_dim, length)
         replay = EpisodeReplay(
-            max(num_episodes, len(existing)), length, spec.obs_dim, spec.action_dim
+            max(num_episodes, len(existing)),
+            length,
+            spec.obs_dim,
+            spec.action_dim,
+            learner.cond_dim,
         )
         next_index, step = 0, 0
         if state_path.exists():
             state = torch.load(state_path, weights_only=True)
-            rnd.load_state_dict(state["agent"])
+            learner.load_state_dict(state["agent"])
             next_index, step = int(state["next_index"]), int(state["step"])
         for k in sorted(existing):
             if k >= next_index:
                 existing.pop(k).unlink()  # written after the last checkpoint: regenerate it
         if sorted(existing) != list(range(next_index)):
             raise ConfigError(f"{buffer}: episodes {sorted(existing)} are not 0..{next_index - 1}")
+        agent = _Explorer(learner, replay)
         for k in range(next_index):
-            replay.add(read_episode(existing[k], spec))
-        agent = _Explorer(rnd, replay)
+            agent.add(k, read_episode(existing[k], spec))
         todo = list(range(next_index, num_episodes))
 
     env = make_env(cfg.domain, task, seed=cfg.seed)
@@ -242,7 +257,7 @@ def collect(cfg: CollectConfig, progress: bool = True) -> Path:
             step += length
             if isinstance(agent, _Explorer):
                 write_episode(buffer, k, episode)
-                agent.replay.add(episode)
+                agent.add(k, episode)
                 _save_state(
                     state_path,
                     {"next_index": k + 1, "step": step, "agent": agent.agent.state_dict()},
