@@ -4,7 +4,7 @@
 
 Prints, per domain: raw `dm_control.suite` steps/s with uniform random actions,
 random-agent collection transitions/s (episodes written to disk, ExORL format) and
-RND cpu-preset transitions/s after its random seed phase. Collection rates include
+RND and APS cpu-preset transitions/s after their random seed phase. Collection rates include
 everything a `collect` call does (start-up, resume checks, writing) over the timed
 episodes, after one untimed call. Targets: random >= 80% of
 raw; RND (cpu) >= 500 transitions/s on cheetah.
@@ -52,11 +52,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domains", nargs="+", default=["cheetah", "walker", "quadruped"])
     parser.add_argument("--episodes", type=int, default=30, help="timed random episodes")
-    parser.add_argument("--rnd-episodes", type=int, default=4, help="timed RND episodes")
+    parser.add_argument("--rnd-episodes", type=int, default=4, help="timed RND (and APS) episodes")
     parser.add_argument("--repeats", type=int, default=3, help="median of this many")
     args = parser.parse_args()
     seed_episodes = rnd_config("cpu").num_seed_frames // 1000
-    print(f"{'domain':<10} {'raw env/s':>10} {'random tr/s':>12} {'ratio':>6} {'rnd cpu tr/s':>13}")
+    print(
+        f"{'domain':<10} {'raw env/s':>10} {'random tr/s':>12} {'ratio':>6} "
+        f"{'rnd cpu tr/s':>13} {'aps cpu tr/s':>13}"
+    )
     for domain in args.domains:
         task = {"walker": "walk", "quadruped": "walk", "cheetah": "run"}[domain]
         with tempfile.TemporaryDirectory() as out:
@@ -68,8 +71,10 @@ def main() -> None:
                 rands.append(collect_rate(domain, "random", args.episodes, 1, run_dir))
             raw, rand = float(np.median(raws)), float(np.median(rands))
             rnd = collect_rate(domain, "rnd", args.rnd_episodes, seed_episodes, out)
+            aps = collect_rate(domain, "aps", args.rnd_episodes, seed_episodes, out)
         print(
-            f"{domain:<10} {raw:>10.0f} {rand:>12.0f} {rand / raw:>6.0%} {rnd:>13.0f}", flush=True
+            f"{domain:<10} {raw:>10.0f} {rand:>12.0f} {rand / raw:>6.0%} {rnd:>13.0f} {aps:>13.0f}",
+            flush=True,
         )
 
 
