@@ -4,7 +4,7 @@
 
 Prints, per domain: raw `dm_control.suite` steps/s with uniform random actions,
 random-agent collection transitions/s (episodes written to disk, ExORL format) and
-RND and APS cpu-preset transitions/s after their random seed phase. Collection rates include
+RND, APS and ProtoRL cpu-preset transitions/s after their random seed phase. Rates include
 everything a `collect` call does (start-up, resume checks, writing) over the timed
 episodes, after one untimed call. Targets: random >= 80% of
 raw; RND (cpu) >= 500 transitions/s on cheetah.
@@ -52,13 +52,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--domains", nargs="+", default=["cheetah", "walker", "quadruped"])
     parser.add_argument("--episodes", type=int, default=30, help="timed random episodes")
-    parser.add_argument("--rnd-episodes", type=int, default=4, help="timed RND (and APS) episodes")
+    parser.add_argument("--rnd-episodes", type=int, default=4, help="timed learning-agent episodes")
     parser.add_argument("--repeats", type=int, default=3, help="median of this many")
     args = parser.parse_args()
     seed_episodes = rnd_config("cpu").num_seed_frames // 1000
     print(
         f"{'domain':<10} {'raw env/s':>10} {'random tr/s':>12} {'ratio':>6} "
-        f"{'rnd cpu tr/s':>13} {'aps cpu tr/s':>13}"
+        f"{'rnd cpu tr/s':>13} {'aps cpu tr/s':>13} {'proto cpu tr/s':>15}"
     )
     for domain in args.domains:
         task = {"walker": "walk", "quadruped": "walk", "cheetah": "run"}[domain]

@@ -37,7 +37,7 @@ def _cfg(out: Path, agent: str, transitions: int, **kw: object) -> CollectConfig
     return CollectConfig("cheetah", agent, transitions, str(out), preset="tiny", seed=5, **kw)
 
 
-@pytest.mark.parametrize("agent", ["random", "rnd", "aps"])
+@pytest.mark.parametrize("agent", ["random", "rnd", "aps", "proto"])
 def test_extending_a_collection_equals_collecting_at_once(tmp_path: Path, agent: str) -> None:
     whole = collect(_cfg(tmp_path / "whole", agent, 3000), progress=False)
     part = _cfg(tmp_path / "part", agent, 1500)  # rounds up to 2 episodes
@@ -108,7 +108,7 @@ def test_rerun_with_other_settings_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"agent": "proto"}, "valid choices: random, rnd, aps"),
+        ({"agent": "diayn"}, "valid choices: random, rnd, aps, proto"),
         ({"transitions": 0}, "must be positive"),
         ({"domain": "hopper"}, "valid choices: walker"),
         ({"task": "flip"}, "valid choices: walk, run"),
@@ -154,3 +154,23 @@ def test_aps_particle_reward_and_skills() -> None:
     assert (w[1:6] == w[1]).all() and not np.allclose(w[5], w[6])
     np.testing.assert_array_equal(w, episode_skills(7, 3, 1000, cfg))  # regenerated on resume
     assert not np.allclose(w, episode_skills(7, 4, 1000, cfg))
+
+
+def test_proto_sinkhorn_balances_and_the_queue_fills() -> None:
+    import torch
+
+    from rbfm.exploration.proto import ProtoAgent, proto_config, sinkhorn_knopp
+
+    scores = torch.randn(64, 8) * 3
+    q = sinkhorn_knopp(scores, iters=200)
+    torch.testing.assert_close(q.sum(1), torch.ones(64))  # a distribution per sample
+    torch.testing.assert_close(q.sum(0), torch.full((8,), 64 / 8), rtol=1e-3, atol=0)
+    torch.testing.assert_close(sinkhorn_knopp(scores + 5, 3), sinkhorn_knopp(scores, 3))
+    # Balancing moves mass from the favourite prototype to the others:
+    p = torch.softmax(scores, 1)
+    assert q.sum(0).std() < p.sum(0).std()
+
+    agent = ProtoAgent(17, 6, proto_config("tiny"), seed=0)
+    reward = agent._novelty(torch.randn(32, 17))
+    assert reward.shape == (32, 1) and (reward >= 0).all()
+    assert int(agent.proto.queue_ptr) == 16 and agent.proto.queue[:16].norm(dim=1).gt(0.99).all()

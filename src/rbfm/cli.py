@@ -422,7 +422,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--preset",
         default="cpu",
         choices=sorted(RND_PRESETS),
-        help="RND and APS network sizes: paper (URLB) or cpu (default)",
+        help="RND, APS and ProtoRL network sizes: paper (URLB) or cpu (default)",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(

@@ -33,10 +33,11 @@ from rbfm.envs import RbfmEnv, get_domain, make_env
 from rbfm.errors import ConfigError, unknown
 from rbfm.exploration.aps import APSAgent, aps_config
 from rbfm.exploration.ddpg import DDPGAgent
+from rbfm.exploration.proto import ProtoAgent, proto_config
 from rbfm.exploration.replay import EpisodeReplay
 from rbfm.exploration.rnd import RNDAgent, rnd_config
 
-AGENTS = ("random", "rnd", "aps")
+AGENTS = ("random", "rnd", "aps", "proto")
 STATE_FILE = "collect_state.pt"
 CONFIG_FILE = "collect.json"
 
@@ -94,6 +95,8 @@ class _Explorer:
 def _learner(cfg: CollectConfig, obs_dim: int, action_dim: int, length: int) -> DDPGAgent:
     if cfg.agent == "rnd":
         return RNDAgent(obs_dim, action_dim, rnd_config(cfg.preset), cfg.seed, cfg.device)
+    if cfg.agent == "proto":
+        return ProtoAgent(obs_dim, action_dim, proto_config(cfg.preset), cfg.seed, cfg.device)
     return APSAgent(obs_dim, action_dim, aps_config(cfg.preset), cfg.seed, length, cfg.device)
 
 
