@@ -121,3 +121,25 @@ def test_tables_round_trip_and_plot(tmp_path: Path) -> None:
     (tmp_path / "bad.csv").write_text("method,level\nfbil,\n")
     with pytest.raises(ConfigError, match="not a table"):
         read_csv(tmp_path / "bad.csv")
+
+
+def test_large_batches_run_in_chunks_with_the_same_results() -> None:
+    specs = [EnvSpec("cheetah", "run")] * 3 + [EnvSpec("cheetah", "walk_backward")] * 2
+    signs = np.array([1.0, -1.0, 0.5, 1.0, -0.5])
+
+    def mixed(obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
+        return signs[episodes, None] * _linear_policy(obs)
+
+    with RolloutEngine(0) as whole, RolloutEngine(0, max_envs=2) as chunked:
+        a = whole.run(specs, mixed, seed=2, record=True)
+        b = chunked.run(specs, mixed, seed=2, record=True, progress="chunks")
+        # Environments of earlier specs are dropped: memory stays within one batch.
+        chunked.run(EnvSpec("cheetah", "walk"), mixed, 2)
+        assert chunked._local is not None and list(chunked._local._envs) == [
+            EnvSpec("cheetah", "walk")
+        ]
+    np.testing.assert_array_equal(a.returns, b.returns)
+    np.testing.assert_array_equal(a.lengths, b.lengths)
+    assert a.trajectories is not None and b.trajectories is not None
+    for ta, tb in zip(a.trajectories, b.trajectories, strict=True):
+        np.testing.assert_array_equal(ta["action"], tb["action"])

@@ -62,6 +62,10 @@ class _Shard:
         self, episodes: Sequence[tuple[EnvSpec, tuple[int, int]]], record: bool = False
     ) -> tuple[np.ndarray, np.ndarray | None]:
         self.record = record
+        # Environments are kept for the specs of this batch only: memory stays bounded
+        # by one batch across the levels of a sweep.
+        needed = {spec for spec, _ in episodes}
+        self._envs = {s: pool for s, pool in self._envs.items() if s in needed}
         used: dict[EnvSpec, int] = {}
         self.active = []
         for spec, seed in episodes:
@@ -144,8 +148,9 @@ class RolloutEngine:
     repeated evaluations do not pay process start-up and model loading again.
     """
 
-    def __init__(self, workers: int = 2) -> None:
-        self.workers = workers
+    def __init__(self, workers: int = 2, max_envs: int = 400) -> None:
+        # A cheetah environment holds ~13 MB (MuJoCo's arena): 400 is ~5 GB.
+        self.workers, self.max_envs = workers, max_envs
         self._conns: list[Connection] = []
         self._procs: list[Any] = []
         self._local = _Shard() if workers == 0 else None
@@ -199,7 +204,8 @@ class RolloutEngine:
 
         The k-th episode of each spec starts from the initial state of seed (seed, k),
         whatever the workers and whatever else shares the batch. `progress` names a
-        progress bar over the batch's control steps (none by default).
+        progress bar over the batch's control steps (none by default). Batches larger
+        than `max_envs` run in consecutive chunks (same results, bounded memory).
         """
         start = time.perf_counter()
         specs = [spec] * (episodes or 0) if isinstance(spec, EnvSpec) else list(spec)
@@ -214,6 +220,27 @@ class RolloutEngine:
             if len(seeds) != len(plan):
                 raise ValueError(f"{len(seeds)} seeds for {len(plan)} episodes")
             plan = [(s, (int(k[0]), int(k[1]))) for (s, _), k in zip(plan, seeds, strict=True)]
+        starts = range(0, len(plan), self.max_envs)
+        parts = []
+        for i, lo in enumerate(starts):
+            label = progress
+            if progress is not None and len(starts) > 1:
+                label = f"{progress} {i + 1}/{len(starts)}"
+            chunk = plan[lo : lo + self.max_envs]
+            parts.append(self._run_batch(chunk, _shifted(policy, lo), record, label))
+        returns, lengths, unstable = (np.concatenate([p[k] for p in parts]) for k in range(3))
+        trajectories = [t for p in parts for t in p[3]] if record else None
+        seconds = time.perf_counter() - start
+        return RolloutResult(returns, lengths, unstable, seconds, trajectories)
+
+    def _run_batch(
+        self,
+        plan: list[tuple[EnvSpec, tuple[int, int]]],
+        policy: Policy,
+        record: bool,
+        progress: str | None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, np.ndarray]]]:
+        """One lockstep batch: (returns, lengths, unstable, trajectories if recorded)."""
         n = len(plan)
         shards = np.array_split(np.arange(n), max(self.workers, 1))
         if any(len(s) == 0 for s in shards):
@@ -244,5 +271,11 @@ class RolloutEngine:
                 physics = np.concatenate([r[4] for r in results])
                 history.append((obs, physics, actions, reward))
         bar.close()
-        trajectories = _trajectories(history, lengths) if record else None
-        return RolloutResult(returns, lengths, unstable, time.perf_counter() - start, trajectories)
+        return returns, lengths, unstable, _trajectories(history, lengths) if record else []
+
+
+def _shifted(policy: Policy, offset: int) -> Policy:
+    """The policy of a chunk: its episode indices are offset within the whole batch."""
+    if offset == 0:
+        return policy
+    return lambda obs, idx: policy(obs, idx + offset)
