@@ -2,7 +2,8 @@
 # The paper's imitation protocol on the shipped cpu-preset cheetah model (issues 4-5):
 # 200 expert demonstrations per task, 4 drawn per inference seed, 5 seeds, 100
 # evaluation episodes per seed; FB-IL, RBFM-Light and RBFM-Heavy on all four tasks,
-# DRBC and BE-DROIL (cpu presets) on walk; then perturbation sweeps on walk.
+# DRBC and BE-DROIL (cpu presets) on walk; then the three cheetah perturbation sweeps
+# on walk (20 episodes per seed and level).
 #
 #   bash experiments/cheetah_cpu.sh            # everything (about 2 h on 2 cores)
 #   STAGES="demos infer" bash experiments/cheetah_cpu.sh
@@ -15,7 +16,7 @@ CKPT=${CKPT:-src/rbfm/assets/cheetah_cpu}
 OUT=${OUT:-runs/cheetah-cpu-imitation}
 SEEDS=${SEEDS:-5}
 EPISODES=${EPISODES:-100}
-SWEEP_EPISODES=${SWEEP_EPISODES:-50}
+SWEEP_EPISODES=${SWEEP_EPISODES:-20}  # per seed and level: 5 x 20 = 100 per method
 JOBS=${JOBS:-2}
 STAGES=${STAGES:-demos infer baselines nominal sweeps}
 TASKS=(walk run walk_backward run_backward)
