@@ -72,8 +72,10 @@ def main() -> None:
             raw, rand = float(np.median(raws)), float(np.median(rands))
             rnd = collect_rate(domain, "rnd", args.rnd_episodes, seed_episodes, out)
             aps = collect_rate(domain, "aps", args.rnd_episodes, seed_episodes, out)
+            proto = collect_rate(domain, "proto", args.rnd_episodes, seed_episodes, out)
         print(
-            f"{domain:<10} {raw:>10.0f} {rand:>12.0f} {rand / raw:>6.0%} {rnd:>13.0f} {aps:>13.0f}",
+            f"{domain:<10} {raw:>10.0f} {rand:>12.0f} {rand / raw:>6.0%} {rnd:>13.0f} "
+            f"{aps:>13.0f} {proto:>15.0f}",
             flush=True,
         )
 
