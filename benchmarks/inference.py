@@ -1,11 +1,12 @@
 """Seconds per task of each inference method, and per-step cost relative to FB-IL.
 
-    python benchmarks/inference.py [--presets paper cpu] [--measure 300] [--full]
+    python benchmarks/inference.py [--presets paper cpu] [--measure 100] [--repeats 3] [--full]
 
 Models have random weights (the cost is the same), demonstrations are 4 synthetic
 cheetah episodes of 1000 steps. Each method runs with the paper's hyperparameters
-(Tables 5-7); by default `--measure` steps are timed after a warm-up and the time
-for the paper's step count is projected (`--full` runs every step instead).
+(Tables 5-7); by default `--measure` steps are timed after a warm-up, `--repeats`
+times with the methods alternating, and the median is projected to the paper's step
+count (`--full` runs every step instead).
 Targets on 2 CPU cores, paper-size model: FB-IL <= 60 s, RBFM-Light <= 100 s,
 RBFM-Heavy <= 120 s; Light and Heavy per step <= 1.25x FB-IL. DRBC and BE-DROIL
 (paper presets) are timed the same way and projected to their 2M and 1M updates,
@@ -48,7 +49,8 @@ def synthetic_demos(episodes: int = 4, steps: int = 1000) -> Demos:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["paper", "cpu"])
-    parser.add_argument("--measure", type=int, default=300, help="timed steps per method")
+    parser.add_argument("--measure", type=int, default=100, help="timed steps per repeat")
+    parser.add_argument("--repeats", type=int, default=3, help="alternated; median reported")
     parser.add_argument("--full", action="store_true", help="run the paper's step counts")
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
     args = parser.parse_args()
@@ -62,19 +64,26 @@ def main() -> None:
         torch.manual_seed(0)
         model = FBModel(17, 6, fb_config(preset)).eval()
         for precision in args.precisions:
-            base = None
-            for method, (_, config) in METHODS.items():
-                steps = config().steps
-                measured = steps if args.full else min(args.measure, steps)
-                bf16 = precision == "bf16"
+            bf16 = precision == "bf16"
+            for method in METHODS:
                 infer(model, demos, method, steps=20, bf16=bf16)  # warm-up
-                res = infer(model, demos, method, seed=0, steps=measured, bf16=bf16)
-                per_step = res.ms_per_step
-                base = base or per_step
-                total = res.setup_seconds + per_step * steps / 1000
+            # Methods alternate over repeats (this VM's speed drifts by tens of percent
+            # within a minute); each reports its median.
+            per_step: dict[str, list[float]] = {m: [] for m in METHODS}
+            setup: dict[str, float] = {}
+            for _ in range(1 if args.full else args.repeats):
+                for method, (_, config) in METHODS.items():
+                    steps = config().steps if args.full else min(args.measure, config().steps)
+                    res = infer(model, demos, method, seed=0, steps=steps, bf16=bf16)
+                    per_step[method].append(res.ms_per_step)
+                    setup[method] = res.setup_seconds
+            base = float(np.median(per_step["fbil"]))
+            for method, (_, config) in METHODS.items():
+                steps, ms = config().steps, float(np.median(per_step[method]))
+                total = setup[method] + ms * steps / 1000
                 print(
-                    f"{preset:<7} {precision:<9} {method:<11} {steps:>6} {per_step:>8.2f} "
-                    f"{per_step / base:>7.2f}x {total:>8.1f}",
+                    f"{preset:<7} {precision:<9} {method:<11} {steps:>6} {ms:>8.2f} "
+                    f"{ms / base:>7.2f}x {total:>8.1f}",
                     flush=True,
                 )
 
