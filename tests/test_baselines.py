@@ -61,7 +61,9 @@ def test_drbc_and_rbfm_light_share_the_exact_tv_dual() -> None:
 
 
 def test_bedroil_and_rbfm_heavy_share_the_critic_loss() -> None:
-    assert bedroil.heavy_critic_loss is rbfm_heavy.heavy_critic_loss is duals.heavy_critic_loss
+    # BE-DROIL takes RBFM-Heavy's own critic step, which is built on the pure dual.
+    assert bedroil.critic_step is rbfm_heavy.critic_step
+    assert rbfm_heavy.heavy_critic_loss is duals.heavy_critic_loss
     g = torch.Generator().manual_seed(0)
     q0, q, q_next, loss = (torch.randn(64, generator=g) for _ in range(4))
     c = duals.heavy_residual(loss, q, q_next, 0.99)
@@ -70,6 +72,22 @@ def test_bedroil_and_rbfm_heavy_share_the_critic_loss() -> None:
     f = get_divergence("soft_tv").f
     expected = (1 - 0.99) * q0.mean() + 0.8 * tau + (w * c - tau * f(w)).mean()
     torch.testing.assert_close(value, expected)
+    # The step evaluates that same value and w*, then projects tau onto tau > 0: an
+    # (ascending) SGD step of size 10 would take tau below zero.
+    tau_g = torch.tensor(0.7, requires_grad=True)
+    (grad,) = torch.autograd.grad(
+        duals.heavy_critic_loss(q0, c, tau_g, 0.8, 0.99, get_divergence("soft_tv"))[0], tau_g
+    )
+    assert 0.7 + 10 * float(grad) < 0
+    tau_p = torch.tensor(0.7, requires_grad=True)
+    params = [t.clone().requires_grad_(True) for t in (q, q_next, q0)]
+    opt = torch.optim.SGD([*params, tau_p], lr=10.0, maximize=True)
+    step_value, step_w = rbfm_heavy.critic_step(
+        *params, loss, tau_p, opt, 0.8, 0.99, get_divergence("soft_tv")
+    )
+    torch.testing.assert_close(step_value.detach(), expected)
+    torch.testing.assert_close(step_w, w)
+    assert float(tau_p.detach()) == pytest.approx(1e-6, rel=1e-6)
 
 
 @pytest.mark.parametrize("method", ["drbc", "bedroil"])
@@ -140,7 +158,9 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_result(
     )
     full = module.train(demos, 17, 6, cfg, seed=1)  # type: ignore[attr-defined]
 
-    real_bar = module.steps_bar  # type: ignore[attr-defined]
+    from rbfm.baselines import common
+
+    real_bar = common.steps_bar  # the loop both baselines share
 
     def killed_at_33(steps, desc, enabled):  # type: ignore[no-untyped-def]
         for step in real_bar(steps, desc, enabled):
@@ -149,11 +169,11 @@ def test_an_interrupted_run_resumes_to_the_uninterrupted_result(
             yield step
 
     resume = tmp_path / "run.resume.pt"
-    monkeypatch.setattr(module, "steps_bar", killed_at_33)
+    monkeypatch.setattr(common, "steps_bar", killed_at_33)
     with pytest.raises(_Killed):
         module.train(demos, 17, 6, cfg, seed=1, resume=resume, resume_every=10)  # type: ignore[attr-defined]
     assert resume.exists()
-    monkeypatch.setattr(module, "steps_bar", real_bar)
+    monkeypatch.setattr(common, "steps_bar", real_bar)
     with pytest.raises(CheckpointError, match="other settings"):  # another seed: refused
         module.train(demos, 17, 6, cfg, seed=2, resume=resume, resume_every=10)  # type: ignore[attr-defined]
     back = module.train(demos, 17, 6, cfg, seed=1, resume=resume, resume_every=10)  # type: ignore[attr-defined]

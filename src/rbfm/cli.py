@@ -294,8 +294,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
     # Rows in the paper's order (FB-IL, Light, Heavy, then the baselines), whatever the
     # order of the files (shell globs sort them alphabetically).
     order = [*METHODS, *BASELINES]
-    zs.sort(key=lambda e: order.index(e[0]) if e[0] in order else len(order))
-    policies.sort(key=lambda e: order.index(e[0]) if e[0] in order else len(order))
+    rank = {m: i for i, m in enumerate(order)}
+    zs.sort(key=lambda e: rank.get(e[0], len(order)))
+    policies.sort(key=lambda e: rank.get(e[0], len(order)))
     model, domain = None, str(next(iter(domains)))
     if zs:
         if args.checkpoint is None:

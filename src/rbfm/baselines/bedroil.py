@@ -4,7 +4,7 @@ A TanhGaussian policy (MLP 256x256) and a critic Q(s, a) on raw state-action pai
 (MLP 256x256, ReLU) with tau >= 0 solve RBFM-Heavy's dual, with the policy's
 parameters in the place of the task vector: per batch, l(s) = ||a - a_D||^2 with a
 sampled from the policy (reparameterised), c = l + gamma Q(s', a'_D) - Q(s, a_D),
-the critic and tau minimise the dual (the same `duals.heavy_critic_loss`), then the
+the critic and tau take RBFM-Heavy's own step on the dual (`rbfm_heavy.critic_step`), then the
 policy minimises E[sg(w*) l], alternating 1:1 (Table 9). Every demonstration state
 counts as an initial state, as for RBFM-Heavy.
 """
@@ -18,14 +18,13 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from rbfm.baselines.common import BaselineResult, Resume, demo_tensors, fingerprint, mlp
+from rbfm.baselines.common import BaselineResult, demo_tensors, mlp, train_loop
 from rbfm.errors import unknown
-from rbfm.inference.common import steps_bar
 from rbfm.inference.demos import Demos
 from rbfm.inference.divergences import get_divergence
-from rbfm.inference.duals import heavy_critic_loss, heavy_policy_loss, heavy_residual
+from rbfm.inference.duals import heavy_policy_loss
+from rbfm.inference.rbfm_heavy import critic_step
 
-_MIN_TAU = 1e-6
 _LOG_STD = (-5.0, 2.0)
 
 
@@ -103,6 +102,29 @@ def train(
     next_sa = torch.cat([data["next_observation"], data["next_action"]], -1)
     result = BaselineResult("bedroil", policy)
     n = len(sa)
+
+    def update() -> torch.Tensor:
+        idx = torch.randint(n, (cfg.batch_size,), generator=gen, device=dev)
+        init = torch.randint(n, (cfg.batch_size,), generator=gen, device=dev)
+        a = policy.sample(data["observation"][idx], gen)
+        losses = (a - data["action"][idx]).square().sum(-1)
+        value, w = critic_step(
+            q(sa[idx])[:, 0],
+            q(next_sa[idx])[:, 0],
+            q(sa[init])[:, 0],
+            losses,
+            tau,
+            critic_opt,
+            cfg.eps,
+            cfg.gamma,
+            divergence,
+        )
+        policy_loss = heavy_policy_loss(w, losses)
+        policy_opt.zero_grad(set_to_none=True)
+        policy_loss.backward()
+        policy_opt.step()
+        return value
+
     state = {
         "policy": policy,
         "q": q,
@@ -111,27 +133,6 @@ def train(
         "policy_opt": policy_opt,
         "gen": gen,
     }
-    snapshots = Resume(resume, resume_every, fingerprint("bedroil", cfg, seed, demos))
-    first = snapshots.load(state, result)
-    for step in steps_bar(range(first, cfg.steps), "bedroil", progress):
-        idx = torch.randint(n, (cfg.batch_size,), generator=gen, device=dev)
-        init = torch.randint(n, (cfg.batch_size,), generator=gen, device=dev)
-        a = policy.sample(data["observation"][idx], gen)
-        losses = (a - data["action"][idx]).square().sum(-1)
-        c = heavy_residual(losses.detach(), q(sa[idx])[:, 0], q(next_sa[idx])[:, 0], cfg.gamma)
-        value, w = heavy_critic_loss(q(sa[init])[:, 0], c, tau, cfg.eps, cfg.gamma, divergence)
-        critic_opt.zero_grad(set_to_none=True)
-        value.backward()
-        critic_opt.step()
-        with torch.no_grad():
-            tau.clamp_(min=_MIN_TAU)
-        policy_loss = heavy_policy_loss(w, losses)
-        policy_opt.zero_grad(set_to_none=True)
-        policy_loss.backward()
-        policy_opt.step()
-        if step % cfg.trace_every == 0:
-            result.trace.append(float(value.detach()))
-        snapshots.save(step + 1, state, result)
-    snapshots.finish()
-    result.steps, result.seconds = cfg.steps - first, time.perf_counter() - start
+    train_loop("bedroil", cfg, seed, demos, state, result, update, progress, resume, resume_every)
+    result.seconds = time.perf_counter() - start
     return result

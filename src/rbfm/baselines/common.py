@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from torch import nn
 
 from rbfm.errors import DatasetError
 from rbfm.fb.checkpoint import CheckpointError
+from rbfm.inference.common import steps_bar
 from rbfm.inference.demos import Demos
 
 FORMAT = "rbfm-policy"
@@ -97,6 +99,32 @@ class Resume:
     def finish(self) -> None:
         if self.path is not None:
             self.path.unlink(missing_ok=True)
+
+
+def train_loop(
+    method: str,
+    cfg: Any,
+    seed: int,
+    demos: Demos,
+    state: dict[str, Any],
+    result: BaselineResult,
+    update: Callable[[], torch.Tensor],
+    progress: bool,
+    resume: Path | None,
+    resume_every: int,
+) -> None:
+    """Calls `update` (one training step; returns its objective) until `cfg.steps`,
+    tracing every `cfg.trace_every` and snapshotting `state` (see `Resume`); a run
+    with a snapshot continues from it. Sets `result.steps` to the steps run here."""
+    snapshots = Resume(resume, resume_every, fingerprint(method, cfg, seed, demos))
+    first = snapshots.load(state, result)
+    for step in steps_bar(range(first, cfg.steps), method, progress):
+        value = update()
+        if step % cfg.trace_every == 0:
+            result.trace.append(float(value.detach()))
+        snapshots.save(step + 1, state, result)
+    snapshots.finish()
+    result.steps = cfg.steps - first
 
 
 def fingerprint(method: str, cfg: Any, seed: int, demos: Demos) -> dict[str, Any]:

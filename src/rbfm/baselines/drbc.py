@@ -16,9 +16,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from rbfm.baselines.common import BaselineResult, Resume, demo_tensors, fingerprint, mlp
+from rbfm.baselines.common import BaselineResult, demo_tensors, mlp, train_loop
 from rbfm.errors import unknown
-from rbfm.inference.common import steps_bar
 from rbfm.inference.demos import Demos
 from rbfm.inference.duals import light_objective
 
@@ -86,10 +85,8 @@ def train(
     schedule = torch.optim.lr_scheduler.StepLR(opt, cfg.decay_every, cfg.lr_decay)
     result = BaselineResult("drbc", policy)
     n = len(data["observation"])
-    state = {"policy": policy, "opt": opt, "schedule": schedule, "gen": gen}
-    snapshots = Resume(resume, resume_every, fingerprint("drbc", cfg, seed, demos))
-    first = snapshots.load(state, result)
-    for step in steps_bar(range(first, cfg.steps), "drbc", progress):
+
+    def update() -> torch.Tensor:
         idx = torch.randint(n, (cfg.batch_size,), generator=gen, device=dev)
         losses = (policy(data["observation"][idx]) - data["action"][idx]).square().sum(-1)
         value, _ = light_objective(losses, cfg.eps)
@@ -97,9 +94,9 @@ def train(
         value.backward()
         opt.step()
         schedule.step()
-        if step % cfg.trace_every == 0:
-            result.trace.append(float(value.detach()))
-        snapshots.save(step + 1, state, result)
-    snapshots.finish()
-    result.steps, result.seconds = cfg.steps - first, time.perf_counter() - start
+        return value
+
+    state = {"policy": policy, "opt": opt, "schedule": schedule, "gen": gen}
+    train_loop("drbc", cfg, seed, demos, state, result, update, progress, resume, resume_every)
+    result.seconds = time.perf_counter() - start
     return result

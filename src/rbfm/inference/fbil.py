@@ -7,6 +7,7 @@ sphere (the actor only saw such z in pretraining), from the warm start z_w.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +27,7 @@ from rbfm.inference.demos import Demos
 
 @dataclass(frozen=True)
 class FBILConfig:
-    """Table 5."""
+    """Table 5; RBFM-Light and RBFM-Heavy extend it (Tables 6-7 share these fields)."""
 
     steps: int = 3000
     lr: float = 1e-3
@@ -36,24 +37,46 @@ class FBILConfig:
     trace_every: int = 10
 
 
-def infer(
-    model: FBModel, demos: Demos, cfg: FBILConfig, seed: int, progress: bool = False
+# Maps a batch's per-sample imitation losses to the value to minimise and named
+# tensors reported (as floats, from the last step) in the result's `extra`.
+Objective = Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, torch.Tensor]]]
+
+
+def descend(
+    model: FBModel,
+    demos: Demos,
+    cfg: FBILConfig,
+    seed: int,
+    progress: bool,
+    method: str,
+    objective: Objective,
 ) -> InferenceResult:
+    """Projected Adam on z alone, from the warm start, of `objective` of the imitation
+    losses of random demonstration batches."""
     data = prepare(model, demos, cfg.bf16)
     gen = torch.Generator(data.obs.device).manual_seed(seed)
     z = data.z_w.clone().requires_grad_(True)
     opt = torch.optim.Adam([z], lr=cfg.lr)
-    result = InferenceResult("fbil", z)
+    result = InferenceResult(method, z)
     result.setup_seconds = time.perf_counter() - data.started
+    extra: dict[str, torch.Tensor] = {}
     indices = batches(len(data.obs), cfg.batch_size, cfg.steps, gen, data.obs.device)
-    for step, idx in enumerate(steps_bar(indices, "fbil", progress)):
-        loss = imitation_losses(data, idx, z, model.radius, cfg.noise_std, gen).mean()
+    for step, idx in enumerate(steps_bar(indices, method, progress)):
+        losses = imitation_losses(data, idx, z, model.radius, cfg.noise_std, gen)
+        value, extra = objective(losses)
         opt.zero_grad(set_to_none=True)
-        loss.backward(inputs=[z])  # the networks are frozen: no weight gradients
+        value.backward(inputs=[z])  # the networks are frozen: no weight gradients
         opt.step()
         sphere(z, model.radius)
         if step % cfg.trace_every == 0:
-            result.trace.append(float(loss.detach()))
+            result.trace.append(float(value.detach()))
     result.z = project(z.detach(), model.radius)
     result.steps, result.seconds = cfg.steps, time.perf_counter() - data.started
+    result.extra.update({k: float(v) for k, v in extra.items()})
     return result
+
+
+def infer(
+    model: FBModel, demos: Demos, cfg: FBILConfig, seed: int, progress: bool = False
+) -> InferenceResult:
+    return descend(model, demos, cfg, seed, progress, "fbil", lambda losses: (losses.mean(), {}))

@@ -28,27 +28,49 @@ from rbfm.inference.common import (
     steps_bar,
 )
 from rbfm.inference.demos import Demos
-from rbfm.inference.divergences import get_divergence
+from rbfm.inference.divergences import Divergence, get_divergence
 from rbfm.inference.duals import heavy_critic_loss, heavy_policy_loss, heavy_residual
+from rbfm.inference.fbil import FBILConfig
 
 _MIN_TAU = 1e-6  # tau is projected onto [_MIN_TAU, inf): w* needs c / tau
 
 
 @dataclass(frozen=True)
-class HeavyConfig:
-    """Table 7."""
+class HeavyConfig(FBILConfig):
+    """Table 7: FB-IL's settings with the robust dual's."""
 
+    steps: int = 5000
+    lr: float = 3e-4
     eps: float = 0.8
     gamma: float = 0.99
-    lr: float = 3e-4
-    steps: int = 5000
-    batch_size: int = 512
-    noise_std: float = 0.1
-    bf16: bool = False  # a bfloat16 copy of the actor (off: the paper's precision)
     divergence: str = "soft_tv"
     hidden: int = 64
     tau_init: float = 1.0
-    trace_every: int = 10
+
+
+def critic_step(
+    q_s: torch.Tensor,
+    q_next: torch.Tensor,
+    q_init: torch.Tensor,
+    losses: torch.Tensor,
+    tau: torch.Tensor,
+    opt: torch.optim.Optimizer,
+    eps: float,
+    gamma: float,
+    divergence: Divergence,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step of (Q, tau) on Section 3.2's dual, given Q on the batch's (s, a), its
+    (s', a') and initial states; returns the dual's value and w*, which (Algorithm 3)
+    also weights this iteration's z (or, in BE-DROIL, policy) step. Shared by RBFM-Heavy
+    and BE-DROIL."""
+    c = heavy_residual(losses.detach(), q_s, q_next, gamma)
+    value, w = heavy_critic_loss(q_init, c, tau, eps, gamma, divergence)
+    opt.zero_grad(set_to_none=True)
+    value.backward()
+    opt.step()
+    with torch.no_grad():
+        tau.clamp_(min=_MIN_TAU)
+    return value, w
 
 
 def _critic(inp: int, hidden: int) -> nn.Sequential:
@@ -89,14 +111,17 @@ def infer(
         idx, init = idx_all[step], init_all[step]
         losses = imitation_losses(data, idx, z, model.radius, cfg.noise_std, gen)
 
-        c = heavy_residual(losses.detach(), q(feat[idx])[:, 0], q(next_feat[idx])[:, 0], cfg.gamma)
-        # Algorithm 3: w* of this iteration's (Q, tau) serves both updates.
-        value, w = heavy_critic_loss(q(feat[init])[:, 0], c, tau, cfg.eps, cfg.gamma, divergence)
-        critic_opt.zero_grad(set_to_none=True)
-        value.backward()
-        critic_opt.step()
-        with torch.no_grad():
-            tau.clamp_(min=_MIN_TAU)
+        value, w = critic_step(
+            q(feat[idx])[:, 0],
+            q(next_feat[idx])[:, 0],
+            q(feat[init])[:, 0],
+            losses,
+            tau,
+            critic_opt,
+            cfg.eps,
+            cfg.gamma,
+            divergence,
+        )
         z_loss = heavy_policy_loss(w, losses)
         z_opt.zero_grad(set_to_none=True)
         z_loss.backward(inputs=[z])  # the networks are frozen: no weight gradients
