@@ -91,9 +91,9 @@ def main() -> None:
     # to their paper step counts (Tables 8-9), and compare with the RBFM methods.
     print(f"\n{'baseline':<9} {'steps':>9} {'ms/update':>10} {'projected':>10}")
     for method in ("drbc", "bedroil"):
-        train_baseline(method, demos, "paper", 0, steps=20)  # warm-up
+        train_baseline(method, demos, "paper", 0, {"steps": 20})  # warm-up
         paper_steps = PAPER_STEPS[method]
-        result, _ = train_baseline(method, demos, "paper", 0, steps=args.measure)
+        result, _ = train_baseline(method, demos, "paper", 0, {"steps": args.measure})
         hours = result.ms_per_step * paper_steps / 3.6e6
         print(
             f"{method:<9} {paper_steps:>9,} {result.ms_per_step:>10.2f} {hours:>9.1f}h", flush=True

@@ -270,7 +270,7 @@ def test_cli_pipeline_from_pretraining_to_a_sweep(
         )
         == 2
     )
-    assert "outside the range" in capsys.readouterr().err
+    assert "31.0 is outside actuator_strength's range [0, 30]" in capsys.readouterr().err
 
 
 def test_quickstart_pipeline_on_a_tiny_model(dataset: Path, tmp_path: Path) -> None:

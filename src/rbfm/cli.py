@@ -25,6 +25,25 @@ def _summary_with_tasks(path: str) -> str:
     return "\n".join(lines)
 
 
+def _check_count(option: str, value: int) -> None:
+    if value < 1:
+        raise ConfigError(f"{option}: {value} is out of range (valid: >= 1)")
+
+
+def _check_out(path: str | None) -> None:
+    """An output file's folder must exist before any compute is spent on it."""
+    if path is not None and not Path(path).resolve().parent.is_dir():
+        raise ConfigError(f"--out: the folder of {path} does not exist")
+
+
+def _file_format(path: str) -> str | None:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not a task-vector or policy file ({e})") from e
+    return data.get("format") if isinstance(data, dict) else None
+
+
 def _cmd_collect(args: argparse.Namespace) -> None:
     from rbfm.exploration import CollectConfig, collect
 
@@ -201,6 +220,7 @@ def _cmd_infer(args: argparse.Namespace) -> None:
     from rbfm.evaluation.sweep import save_z
     from rbfm.inference import infer, load_demos
 
+    _check_out(args.out)
     demos_all = load_demos(args.demos)
     demos = demos_all.sample(args.num_demos, args.seed)
     common = {
@@ -214,8 +234,9 @@ def _cmd_infer(args: argparse.Namespace) -> None:
     if args.method in BASELINES:
         stem = Path(args.out).with_suffix("")
         resume = stem.with_name(f"{stem.name}.resume.pt")  # long paper runs continue from it
+        changes = {k: v for k, v in (("steps", args.steps), ("eps", args.eps)) if v is not None}
         result, config = train_baseline(
-            args.method, demos, args.preset, args.seed, args.steps, progress=True, resume=resume
+            args.method, demos, args.preset, args.seed, changes, progress=True, resume=resume
         )
         from rbfm.envs import get_domain
 
@@ -245,7 +266,7 @@ def _cmd_infer(args: argparse.Namespace) -> None:
         raise ConfigError(f"--checkpoint is needed for {args.method}")
     from rbfm.fb.checkpoint import load_checkpoint
 
-    model, _ = load_checkpoint(args.checkpoint, domain=demos.domain, device=args.device)
+    model, model_meta = load_checkpoint(args.checkpoint, domain=demos.domain, device=args.device)
     overrides: dict[str, object] = {
         k: v for k, v in (("eps", args.eps), ("steps", args.steps)) if v is not None
     }
@@ -260,6 +281,7 @@ def _cmd_infer(args: argparse.Namespace) -> None:
         {
             **common,
             "checkpoint": str(args.checkpoint),
+            "model_sha256": model_meta["sha256"],
             "overrides": overrides,
             "seconds": result_z.seconds,
             "steps": result_z.steps,
@@ -275,20 +297,29 @@ def _cmd_infer(args: argparse.Namespace) -> None:
 
 def _cmd_evaluate(args: argparse.Namespace) -> None:
     from rbfm.baselines import BASELINES
-    from rbfm.envs import get_perturbation
-    from rbfm.evaluation.sweep import load_z, sweep, write_csv
+    from rbfm.envs import TASKS, get_perturbation
+    from rbfm.evaluation.sweep import check_z, load_z, sweep, write_csv
     from rbfm.fb.checkpoint import load_checkpoint
     from rbfm.inference import METHODS
 
+    _check_count("--episodes", args.episodes)
+    _check_out(args.out)
+    meta = None
+    if args.checkpoint is not None:
+        from rbfm.fb.checkpoint import read_meta
+
+        meta = read_meta(args.checkpoint)
     zs, policies, domains = [], [], set()
     for path in args.z:
-        if json.loads(Path(path).read_text()).get("format") == "rbfm-policy":
+        if _file_format(path) == "rbfm-policy":
             from rbfm.baselines import as_policy, load_policy
 
             method, module, info = load_policy(path)
             policies.append((method, as_policy(module)))
         else:
             z, info = load_z(path)
+            if meta is not None:
+                check_z(path, z, info, meta)
             zs.append((str(info.get("method", Path(path).stem)), z))
         domains.add(info.get("domain"))
     # Rows in the paper's order (FB-IL, Light, Heavy, then the baselines), whatever the
@@ -306,10 +337,20 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
         domain = meta["domain"]
     if len(domains) != 1:
         raise ConfigError(f"the files are for different domains: {sorted(map(str, domains))}")
+    if args.task not in TASKS[domain]:
+        raise ConfigError(
+            f"--task: unknown {domain} task {args.task!r}; valid: {', '.join(TASKS[domain])}"
+        )
     levels: list[float | None] = [None]
     if args.perturbation is not None:
         pert = get_perturbation(domain, args.perturbation)
         levels = list(args.levels or pert.levels)
+        lo, hi = min(pert.levels), max(pert.levels)
+        bad = [x for x in levels if x is None or not lo <= x <= hi]
+        if bad:
+            raise ConfigError(
+                f"--levels: {bad[0]} is outside {args.perturbation}'s range [{lo:g}, {hi:g}]"
+            )
     rows = sweep(
         model,
         zs,
@@ -378,6 +419,39 @@ def _cmd_export(args: argparse.Namespace) -> None:
         args.checkpoint, args.out, {"task_z": task_z, "exported_from": str(args.checkpoint)}
     )
     print(f"wrote {stem}.safetensors and {stem}.json")
+
+
+def _cmd_experiment(args: argparse.Namespace) -> None:
+    from rbfm.experiments import load_spec, make_executor, plan, run_experiment
+    from rbfm.experiments.plan import describe
+    from rbfm.experiments.spec import with_overrides
+
+    spec = with_overrides(load_spec(args.spec), args.seeds, args.episodes, args.steps)
+    _check_count("--eval-batch", args.eval_batch)
+    out = Path(args.out or f"runs/experiments/{spec.name}")
+    p = plan(spec)  # every field checked before anything starts
+    print(
+        f"experiment {spec.name}: {len(p.demos)} demonstration sets, {len(p.infers)} "
+        f"inferences, {len(p.evals)} evaluations ({len(p.evals) * spec.episodes:,} episodes)"
+    )
+    print(describe(p))
+    if args.dry_run:
+        return
+    executor = make_executor(args.workers, args.ray)
+    print(f"running on {executor.name} into {out}")
+    summary = run_experiment(
+        spec, out, executor, progress=not args.quiet, eval_batch=args.eval_batch
+    )
+    done = ", ".join(f"{n} {k}" for k, n in summary.computed.items())
+    print(
+        f"computed {done}; {summary.skipped} cells were already done; "
+        f"{summary.seconds:.1f} s\nwrote {summary.results} and {summary.certificates}"
+    )
+    if args.figures:
+        from rbfm.experiments.figures import draw_all
+
+        for path in draw_all(summary.results, out / "figures"):
+            print(f"wrote {path}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -576,6 +650,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None)
     p.add_argument("--out", default=None, help="CSV file for the table")
     p.set_defaults(func=_cmd_evaluate)
+
+    p = sub.add_parser(
+        "experiment",
+        help="run a slice of the paper's experiment grid (a preset or a TOML spec), "
+        "resumably, locally or on Ray; results table and figures",
+        description="Runs demonstrations -> task inference / baseline training -> evaluation "
+        "as cells with stable ids, each stored atomically under --out. Killed and rerun, it "
+        "skips finished cells. Presets: smoke, slice, cpu, eps, paper (see "
+        "rbfm.experiments.spec).",
+    )
+    p.add_argument("spec", help="a preset name or a .toml spec file")
+    p.add_argument("--out", default=None, help="run directory (default: runs/experiments/NAME)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="local worker processes (default: the machine's cores; 0: in this process)",
+    )
+    p.add_argument(
+        "--ray",
+        default=None,
+        metavar="ADDRESS",
+        help="run on Ray: 'auto' (the cluster this machine is in), 'local' (a private "
+        'instance), or a cluster address; needs pip install "rbfm[ray]"',
+    )
+    p.add_argument("--seeds", type=int, default=None, help="override: the first N seeds")
+    p.add_argument("--episodes", type=int, default=None, help="override: episodes per level")
+    p.add_argument("--steps", type=int, default=None, help="override: every method's steps")
+    p.add_argument(
+        "--eval-batch",
+        type=int,
+        default=400,
+        help="episodes per evaluation job (one lockstep batch; default 400)",
+    )
+    p.add_argument("--figures", action="store_true", help="draw the figures and tables")
+    p.add_argument("--dry-run", action="store_true", help="validate and print the plan only")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_experiment)
 
     p = sub.add_parser(
         "export",

@@ -7,9 +7,10 @@ RBFM methods, are saved as safetensors + JSON, and run through `rbfm infer
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,9 +20,23 @@ from rbfm.baselines import bedroil, drbc
 from rbfm.baselines.common import BaselineResult, load_weights, read_policy_meta, save_policy
 from rbfm.errors import unknown
 from rbfm.evaluation.rollout import Policy
+from rbfm.fb.checkpoint import CheckpointError
 from rbfm.inference.demos import Demos
 
 BASELINES = ("drbc", "bedroil")
+
+
+def baseline_config(
+    method: str, preset: str, domain: str, overrides: dict[str, Any] | None = None
+) -> drbc.DRBCConfig | bedroil.BEDROILConfig:
+    """The preset's config (DRBC: the domain's Table 8 row) with fields overridden."""
+    if method == "drbc":
+        base: drbc.DRBCConfig | bedroil.BEDROILConfig = drbc.drbc_config(preset, domain)
+    elif method == "bedroil":
+        base = bedroil.bedroil_config(preset)
+    else:
+        raise unknown("baseline", method, BASELINES)
+    return dataclasses.replace(base, **(overrides or {}))
 
 
 def train_baseline(
@@ -29,7 +44,7 @@ def train_baseline(
     demos: Demos,
     preset: str,
     seed: int,
-    steps: int | None = None,
+    overrides: dict[str, Any] | None = None,
     progress: bool = False,
     resume: Path | None = None,
 ) -> tuple[BaselineResult, dict[str, object]]:
@@ -41,18 +56,12 @@ def train_baseline(
 
     spec = get_domain(demos.domain)
     dims = spec.obs_dim, spec.action_dim
-    if method == "drbc":
-        cfg_d = drbc.drbc_config(preset, demos.domain)
-        cfg_d = cfg_d if steps is None else drbc.DRBCConfig(**{**asdict(cfg_d), "steps": steps})
-        res = drbc.train(demos, *dims, cfg_d, seed, progress=progress, resume=resume)
-        return res, asdict(cfg_d)
-    if method == "bedroil":
-        cfg_b = bedroil.bedroil_config(preset)
-        if steps is not None:
-            cfg_b = bedroil.BEDROILConfig(**{**asdict(cfg_b), "steps": steps})
-        res = bedroil.train(demos, *dims, cfg_b, seed, progress=progress, resume=resume)
-        return res, asdict(cfg_b)
-    raise unknown("baseline", method, BASELINES)
+    cfg = baseline_config(method, preset, demos.domain, overrides)
+    if isinstance(cfg, drbc.DRBCConfig):
+        res = drbc.train(demos, *dims, cfg, seed, progress=progress, resume=resume)
+    else:
+        res = bedroil.train(demos, *dims, cfg, seed, progress=progress, resume=resume)
+    return res, dataclasses.asdict(cfg)
 
 
 def load_policy(path: str | os.PathLike[str]) -> tuple[str, nn.Module, dict[str, object]]:
@@ -60,9 +69,17 @@ def load_policy(path: str | os.PathLike[str]) -> tuple[str, nn.Module, dict[str,
     stem = (
         Path(path).with_suffix("") if Path(path).suffix in (".json", ".safetensors") else Path(path)
     )
+    from rbfm.envs import get_domain
+
     meta = read_policy_meta(stem)
     hidden = tuple(meta["config"]["hidden"])  # type: ignore[index]
     dims = int(meta["obs_dim"]), int(meta["action_dim"])  # type: ignore[call-overload]
+    spec = get_domain(str(meta.get("domain")))
+    if dims != (spec.obs_dim, spec.action_dim):
+        raise CheckpointError(
+            f"{stem}: a policy for {dims[0]}/{dims[1]}-dim observations/actions, but "
+            f"{spec.name}'s are {spec.obs_dim}/{spec.action_dim}"
+        )
     if meta["method"] == "drbc":
         module: nn.Module = drbc.DeterministicPolicy(*dims, hidden)
     elif meta["method"] == "bedroil":
@@ -86,6 +103,7 @@ __all__ = [
     "BASELINES",
     "BaselineResult",
     "as_policy",
+    "baseline_config",
     "bedroil",
     "drbc",
     "load_policy",

@@ -19,11 +19,12 @@ import torch
 from torch import nn
 
 from rbfm.baselines.common import BaselineResult, demo_tensors, mlp, train_loop
+from rbfm.checks import in_range, positive_ints
 from rbfm.errors import unknown
 from rbfm.inference.demos import Demos
 from rbfm.inference.divergences import get_divergence
 from rbfm.inference.duals import heavy_policy_loss
-from rbfm.inference.rbfm_heavy import critic_step
+from rbfm.inference.rbfm_heavy import check_heavy, critic_step
 
 _LOG_STD = (-5.0, 2.0)
 
@@ -41,6 +42,14 @@ class BEDROILConfig:
     divergence: str = "soft_tv"
     tau_init: float = 1.0
     trace_every: int = 100
+
+    def __post_init__(self) -> None:
+        check_heavy("BEDROILConfig", self.eps, self.gamma, self.divergence, self.tau_init)
+        positive_ints("BEDROILConfig", "hidden", self.hidden)
+        in_range("BEDROILConfig", "lr", self.lr, 0, 1, open_low=True)
+        in_range("BEDROILConfig", "batch_size", self.batch_size, 1, integer=True)
+        in_range("BEDROILConfig", "steps", self.steps, 1, integer=True)
+        in_range("BEDROILConfig", "trace_every", self.trace_every, 1, integer=True)
 
 
 BEDROIL_PRESETS: dict[str, BEDROILConfig] = {

@@ -176,4 +176,6 @@ def load_weights(stem: Path, policy: nn.Module) -> nn.Module:
         policy.load_state_dict(state)
     except (OSError, RuntimeError) as e:
         raise CheckpointError(f"{weights}: does not hold this policy's weights ({e})") from e
+    if not all(bool(torch.isfinite(v).all()) for v in state.values()):
+        raise CheckpointError(f"{weights}: the policy's weights hold NaN or infinite values")
     return policy.eval()

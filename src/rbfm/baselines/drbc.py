@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from rbfm.baselines.common import BaselineResult, demo_tensors, mlp, train_loop
+from rbfm.checks import in_range, positive_ints
 from rbfm.errors import unknown
 from rbfm.inference.demos import Demos
 from rbfm.inference.duals import light_objective
@@ -34,6 +35,16 @@ class DRBCConfig:
     lr_decay: float = 0.95  # multiplied in every `decay_every` steps
     decay_every: int = 10_000
     trace_every: int = 100
+
+    def __post_init__(self) -> None:
+        in_range("DRBCConfig", "eps", self.eps, 0, 1)
+        positive_ints("DRBCConfig", "hidden", self.hidden)
+        in_range("DRBCConfig", "steps", self.steps, 1, integer=True)
+        in_range("DRBCConfig", "batch_size", self.batch_size, 1, integer=True)
+        in_range("DRBCConfig", "lr", self.lr, 0, 1, open_low=True)
+        in_range("DRBCConfig", "lr_decay", self.lr_decay, 0, 1, open_low=True)
+        in_range("DRBCConfig", "decay_every", self.decay_every, 1, integer=True)
+        in_range("DRBCConfig", "trace_every", self.trace_every, 1, integer=True)
 
 
 DRBC_PRESETS: dict[str, DRBCConfig] = {

@@ -35,9 +35,31 @@ def save_z(path: str | os.PathLike[str], z: torch.Tensor, meta: dict[str, Any]) 
 def load_z(path: str | os.PathLike[str]) -> tuple[torch.Tensor, dict[str, Any]]:
     try:
         data = json.loads(Path(path).read_text())
-        return torch.tensor(data.pop("z"), dtype=torch.float32), data
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        z = torch.tensor(data.pop("z"), dtype=torch.float32)
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"{path}: not a task-vector file written by `rbfm infer` ({e})") from e
+    if z.ndim != 1 or not torch.isfinite(z).all():
+        raise ConfigError(f"{path}: the task vector must be a finite 1-d list of numbers")
+    return z, data
+
+
+def check_z(
+    path: str | os.PathLike[str], z: torch.Tensor, info: dict[str, Any], meta: dict[str, Any]
+) -> None:
+    """Refuses a task vector that does not belong to the model described by `meta`."""
+    dim = int(meta["config"]["z_dim"])
+    if len(z) != dim:
+        raise ConfigError(f"{path}: a {len(z)}-dim task vector, but the model's z has {dim}")
+    if info.get("domain") not in (None, meta["domain"]):
+        raise ConfigError(
+            f"{path}: a {info['domain']} task vector, but the model is a {meta['domain']} model"
+        )
+    sha = info.get("model_sha256")
+    if sha is not None and sha != meta["sha256"]:
+        raise ConfigError(
+            f"{path}: inferred with another model (weights {sha[:12]}...), not this checkpoint "
+            f"({meta['sha256'][:12]}...)"
+        )
 
 
 @dataclass(frozen=True)
@@ -51,7 +73,7 @@ class SweepRow:
     unstable: int
 
 
-def _dispatch(groups: list[tuple[int, int, Policy]]) -> Policy:
+def dispatch(groups: list[tuple[int, int, Policy]]) -> Policy:
     """One policy over a batch whose rows [start, stop) belong to each group's policy."""
 
     def act(obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
@@ -107,7 +129,7 @@ def sweep(
             seeds = [(seed, k) for _ in entries for k in range(episodes)]
             label = f"{perturbation}={level:g}" if level is not None else "nominal"
             res = engine.run(
-                specs, _dispatch(groups), seeds=seeds, progress=label if progress else None
+                specs, dispatch(groups), seeds=seeds, progress=label if progress else None
             )
             by_method: dict[str, list[np.ndarray]] = defaultdict(list)
             unstable: dict[str, int] = defaultdict(int)

@@ -55,6 +55,23 @@ def resolve(path: str | os.PathLike[str]) -> Path:
     return p
 
 
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+
+
+def shipped_model(domain: str, dataset: str | None = None) -> Path | None:
+    """The stem of the model shipped in the package for a domain (and data label), if any.
+
+    Files are named `<domain>_<label>.json`; a label naming the dataset (`walker_aps`)
+    is preferred, else the domain's first model in name order.
+    """
+    found = sorted(ASSETS.glob(f"{domain}_*.json"))
+    preferred = [p for p in found if dataset and p.stem == f"{domain}_{dataset}"]
+    if dataset and dataset != "rnd" and not preferred:
+        return None  # a labelled dataset (aps, rnd-100k...) needs its own model
+    chosen = preferred or found
+    return chosen[0].with_suffix("") if chosen else None
+
+
 def save_checkpoint(stem: Path, model: FBModel, meta: dict[str, Any]) -> None:
     """Writes `stem.safetensors` then `stem.json` (which names the weights' hash)."""
     weights = stem.with_suffix(".safetensors")

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from rbfm.envs import get_domain
-from rbfm.errors import DatasetError
+from rbfm.errors import ConfigError, DatasetError
 from rbfm.evaluation import EnvSpec, RolloutEngine
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
@@ -69,7 +69,11 @@ class Demos:
     def sample(self, n: int, seed: int) -> Demos:
         """n episodes drawn at random (without replacement) from seed."""
         if not 0 < n <= self.num_episodes:
-            raise ValueError(f"cannot draw {n} demonstrations from {self.num_episodes}")
+            source = self.meta.get("path", f"{self.domain}/{self.task} demonstrations")
+            raise ConfigError(
+                f"cannot draw {n} demonstrations from the {self.num_episodes} episodes of "
+                f"{source} (valid: 1..{self.num_episodes})"
+            )
         return self.episodes(
             np.random.default_rng(seed).choice(self.num_episodes, n, replace=False)
         )
@@ -142,6 +146,18 @@ def load_demos(path: str | os.PathLike[str], domain: str | None = None) -> Demos
             )
     if (lengths < 2).any():
         raise DatasetError(f"{path}: episodes shorter than 2 steps have no transition")
+    n_steps = int(lengths.sum())
+    for key, n in (("reward", n_steps), ("returns", len(lengths))):
+        if arrays[key].shape != (n,):
+            raise DatasetError(f"{path}: {key} has shape {arrays[key].shape}, expected ({n},)")
+    for key in ("observation", "action", "physics", "reward", "returns"):
+        if not np.isfinite(arrays[key]).all():
+            raise DatasetError(f"{path}: {key} holds NaN or infinite values")
+    worst = float(np.abs(arrays["action"]).max())
+    if worst > 1 + 1e-5:
+        raise DatasetError(
+            f"{path}: actions must lie in [-1, 1] (the environments' bounds); found {worst:g}"
+        )
     return Demos(
         spec.name,
         meta["task"],
@@ -151,7 +167,7 @@ def load_demos(path: str | os.PathLike[str], domain: str | None = None) -> Demos
         arrays["reward"],
         lengths,
         arrays["returns"],
-        {k: v for k, v in meta.items() if k not in ("domain", "task")},
+        {k: v for k, v in meta.items() if k not in ("domain", "task")} | {"path": str(path)},
     )
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rbfm.checks import in_range
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
 from rbfm.inference.common import (
@@ -35,6 +36,14 @@ class FBILConfig:
     noise_std: float = 0.1
     bf16: bool = False  # a bfloat16 copy of the actor (off: the paper's precision)
     trace_every: int = 10
+
+    def __post_init__(self) -> None:
+        owner = type(self).__name__
+        in_range(owner, "steps", self.steps, 1, integer=True)
+        in_range(owner, "lr", self.lr, 0, 1, open_low=True)
+        in_range(owner, "batch_size", self.batch_size, 1, integer=True)
+        in_range(owner, "noise_std", self.noise_std, 0, 10)
+        in_range(owner, "trace_every", self.trace_every, 1, integer=True)
 
 
 # Maps a batch's per-sample imitation losses to the value to minimise and named

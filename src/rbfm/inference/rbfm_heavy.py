@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from rbfm.checks import in_range
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
 from rbfm.inference.common import (
@@ -46,6 +47,19 @@ class HeavyConfig(FBILConfig):
     divergence: str = "soft_tv"
     hidden: int = 64
     tau_init: float = 1.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_heavy("HeavyConfig", self.eps, self.gamma, self.divergence, self.tau_init)
+        in_range("HeavyConfig", "hidden", self.hidden, 1, integer=True)
+
+
+def check_heavy(owner: str, eps: float, gamma: float, divergence: str, tau_init: float) -> None:
+    """The dual's own settings (RBFM-Heavy and BE-DROIL)."""
+    in_range(owner, "eps", eps, 0, 100)
+    in_range(owner, "gamma", gamma, 0, 1, open_low=True, open_high=True)
+    in_range(owner, "tau_init", tau_init, 0, open_low=True)
+    get_divergence(divergence)  # unknown names are refused with the valid ones
 
 
 def critic_step(

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rbfm.checks import in_range
 from rbfm.fb.model import FBModel
 from rbfm.inference.common import InferenceResult
 from rbfm.inference.demos import Demos
@@ -26,6 +27,11 @@ class LightConfig(FBILConfig):
     steps: int = 5000
     lr: float = 5e-4
     eps: float = 0.8
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # The adversary moves at most all the mass: beyond 1 the worst case no longer grows.
+        in_range("LightConfig", "eps", self.eps, 0, 1)
 
 
 def infer(

@@ -1,0 +1,877 @@
+"""Figures and markdown tables, like the paper's, drawn from an experiment's results table.
+
+Every figure aggregates the table the paper's way: per (domain, dataset, task, label, family,
+level), the mean over inference seeds of the per-seed mean returns, with a 95% Student-t
+confidence interval across seeds. Methods keep the paper's order, colours and markers
+everywhere (fbil, rbfm-light, rbfm-heavy, drbc, bedroil); variants of one method share its
+colour and marker and differ by line style.
+
+Each `*_figure` function builds and returns a matplotlib Figure (for inspection); the matching
+`plot_*` function saves it as PNG and SVG side by side and returns the PNG path.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on our machines
+import numpy as np
+from matplotlib.artist import Artist
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from rbfm.envs import families as domain_families
+from rbfm.envs import get_perturbation
+from rbfm.errors import ConfigError
+from rbfm.evaluation.plots import _MARKERS
+from rbfm.evaluation.stats import mean_ci
+from rbfm.experiments.table import ResultRow, read_table
+
+METHODS = ("fbil", "rbfm-light", "rbfm-heavy", "drbc", "bedroil")
+"""The paper's methods, in the paper's order."""
+BASELINES = ("drbc", "bedroil")
+NOMINAL = "none"
+_COLOURS = dict(zip(METHODS, ("C0", "C1", "C2", "C3", "C4"), strict=True))
+_LINESTYLES = ("-", "--", ":", "-.")
+_IQM_REPS = 2000
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One point of a figure: a label's return at one level, over inference seeds."""
+
+    domain: str
+    dataset: str
+    task: str
+    label: str
+    method: str
+    family: str
+    level: float | None
+    mean: float  # mean over seeds of the per-seed mean returns
+    ci95: float  # half-width of the 95% Student-t CI across seeds (0 for one seed)
+    seeds: int
+    episodes: int  # evaluation episodes, summed over seeds
+    unstable: int  # episodes ended by a physics failure, summed over seeds
+
+
+@dataclass(frozen=True)
+class _Style:
+    colour: str
+    marker: str
+    linestyle: str
+
+
+# ---------------------------------------------------------------------------------------------
+# Ordering, validation and aggregation
+
+
+def _method_rank(method: str) -> int:
+    return METHODS.index(method) if method in METHODS else len(METHODS)
+
+
+def _label_key(row: ResultRow) -> tuple[int, str, float, str]:
+    eps = -math.inf if row.eps is None else row.eps
+    return (_method_rank(row.method), row.method, eps, row.variant)
+
+
+def _labels(rows: Iterable[ResultRow]) -> list[str]:
+    """The labels present, in the paper's order (method, then eps, then variant)."""
+    first: dict[str, ResultRow] = {}
+    for r in rows:
+        first.setdefault(r.label, r)
+    return sorted(first, key=lambda label: _label_key(first[label]))
+
+
+def _family_key(domain: str, family: str) -> tuple[int, int, str]:
+    if family == NOMINAL:
+        return (0, 0, family)
+    try:
+        known = domain_families(domain)
+    except ConfigError:
+        known = ()
+    return (1, known.index(family) if family in known else len(known), family)
+
+
+def _families(rows: Iterable[ResultRow], domain: str) -> list[str]:
+    """The families present: nominal first, then the registry's order."""
+    return sorted({r.family for r in rows}, key=lambda f: _family_key(domain, f))
+
+
+def _unique(values: Iterable[_T]) -> list[_T]:
+    """Distinct values in order of first appearance."""
+    return list(dict.fromkeys(values))
+
+
+def _level_key(level: float | None) -> float:
+    return -math.inf if level is None else level
+
+
+def _require(rows: Sequence[ResultRow], field: str, value: str, context: str = "") -> None:
+    present = _unique(str(getattr(r, field)) for r in rows)
+    if value not in present:
+        where = f" {context}" if context else ""
+        raise ConfigError(
+            f"no results for {field} {value!r}{where}; present: {', '.join(present) or 'none'}"
+        )
+
+
+def _nonempty(rows: Sequence[ResultRow]) -> None:
+    if not rows:
+        raise ConfigError("no result rows to draw or tabulate")
+
+
+def _select(
+    rows: Sequence[ResultRow],
+    domain: str,
+    dataset: str | None = None,
+    task: str | None = None,
+    family: str | None = None,
+) -> tuple[list[ResultRow], str]:
+    """The rows of one domain (and one dataset: the first found unless given), validated."""
+    _nonempty(rows)
+    _require(rows, "domain", domain)
+    mine = [r for r in rows if r.domain == domain]
+    if dataset is None:
+        dataset = mine[0].dataset
+    _require(mine, "dataset", dataset, f"in domain {domain!r}")
+    mine = [r for r in mine if r.dataset == dataset]
+    if task is not None:
+        _require(mine, "task", task, f"in {domain}/{dataset}")
+        mine = [r for r in mine if r.task == task]
+    if family is not None:
+        _require(mine, "family", family, f"in {domain}/{dataset}" + (f"/{task}" if task else ""))
+        mine = [r for r in mine if r.family == family]
+    return mine, dataset
+
+
+def aggregate(rows: Sequence[ResultRow]) -> list[Aggregate]:
+    """Mean over seeds of the per-seed mean returns (95% t CI), per (domain, dataset, task,
+    label, family, level); sorted by domain, dataset, task, family, label (paper order), level.
+    A seed appearing twice in one group is an error (a table with duplicated rows)."""
+    _nonempty(rows)
+    groups: dict[tuple[str, str, str, str, str, float | None], list[ResultRow]] = {}
+    for r in rows:
+        groups.setdefault((r.domain, r.dataset, r.task, r.label, r.family, r.level), []).append(r)
+    order = {label: i for i, label in enumerate(_labels(rows))}
+    tasks = {t: i for i, t in enumerate(_unique(r.task for r in rows))}
+    datasets = {d: i for i, d in enumerate(_unique(r.dataset for r in rows))}
+    out = []
+    for (domain, dataset, task, label, family, level), members in groups.items():
+        seeds = Counter(r.seed for r in members)
+        dup = [s for s, n in seeds.items() if n > 1]
+        if dup:
+            raise ConfigError(
+                f"{domain}/{dataset}/{task} {label} {family}={level}: seed(s) "
+                f"{sorted(dup)} appear more than once in the results"
+            )
+        mean, ci = mean_ci(np.array([r.mean for r in members]))
+        out.append(
+            Aggregate(
+                domain=domain,
+                dataset=dataset,
+                task=task,
+                label=label,
+                method=members[0].method,
+                family=family,
+                level=level,
+                mean=mean,
+                ci95=ci,
+                seeds=len(members),
+                episodes=sum(r.episodes for r in members),
+                unstable=sum(r.unstable for r in members),
+            )
+        )
+    out.sort(
+        key=lambda a: (
+            a.domain,
+            datasets[a.dataset],
+            tasks[a.task],
+            _family_key(a.domain, a.family),
+            order[a.label],
+            _level_key(a.level),
+        )
+    )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawing helpers
+
+
+def _styles(rows: Sequence[ResultRow]) -> dict[str, _Style]:
+    """A style per label: the method's colour and marker; its variants differ by line style."""
+    styles: dict[str, _Style] = {}
+    seen: Counter[str] = Counter()
+    colours = dict(_COLOURS)
+    method_of = {r.label: r.method for r in rows}
+    for label in _labels(rows):
+        method = method_of[label]
+        colours.setdefault(method, f"C{len(colours) % 10}")
+        styles[label] = _Style(
+            colour=colours[method],
+            marker=_MARKERS.get(method, "o"),
+            linestyle=_LINESTYLES[seen[method] % len(_LINESTYLES)],
+        )
+        seen[method] += 1
+    return styles
+
+
+def unit(domain: str, family: str) -> str:
+    """The x-axis label of a family: its name and the paper's unit."""
+    if family == NOMINAL:
+        return "nominal"
+    try:
+        return f"{family} ({get_perturbation(domain, family).unit})"
+    except ConfigError:
+        return f"{family} (level)"
+
+
+def _decreasing(domain: str, family: str) -> bool:
+    """Whether the family's perturbation grows as its level falls (drawn with x inverted)."""
+    try:
+        p = get_perturbation(domain, family)
+    except ConfigError:
+        return False
+    return p.extreme < p.nominal
+
+
+def _draw_panel(
+    ax: Axes,
+    aggs: Sequence[Aggregate],
+    styles: dict[str, _Style],
+    domain: str,
+    family: str,
+    names: dict[str, str] | None = None,
+) -> None:
+    """Return against level, one line (95% CI band) per label; nominal-only data: a point with
+    error bars per label, side by side."""
+    labels = _unique(a.label for a in aggs)
+    if not labels:
+        ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
+        return
+    nominal_only = all(a.level is None for a in aggs)
+    for i, label in enumerate(labels):
+        mine = sorted((a for a in aggs if a.label == label), key=lambda a: _level_key(a.level))
+        if not nominal_only:
+            mine = [a for a in mine if a.level is not None]
+        x = np.array([float(i) if a.level is None else a.level for a in mine])
+        y = np.array([a.mean for a in mine])
+        h = np.array([a.ci95 for a in mine])
+        st = styles[label]
+        name = (names or {}).get(label, label)
+        if len(x) == 1:
+            ax.errorbar(
+                x, y, yerr=h, color=st.colour, marker=st.marker, ls="none", capsize=3, label=name
+            )
+        else:
+            ax.plot(
+                x, y, color=st.colour, marker=st.marker, ls=st.linestyle, ms=4, lw=1.5, label=name
+            )
+            ax.fill_between(x, y - h, y + h, color=st.colour, alpha=0.15, lw=0)
+    if nominal_only:
+        ax.set_xticks([])
+        ax.set_xlim(-0.8, len(labels) - 0.2)
+    elif _decreasing(domain, family):
+        ax.invert_xaxis()
+    ax.set_xlabel(unit(domain, family), fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+
+
+def _shared_legend(fig: Figure, axes: Iterable[Axes], ncol: int | None = None) -> None:
+    """One legend under the panels, each label once, in the order first drawn."""
+    handles: dict[str, Artist] = {}
+    for ax in axes:
+        hs, ls = ax.get_legend_handles_labels()
+        for h, lab in zip(hs, ls, strict=True):
+            handles.setdefault(lab, h)
+    if handles:
+        fig.legend(
+            list(handles.values()),
+            list(handles),
+            loc="outside lower center",
+            ncol=ncol or max(1, min(len(handles), int(fig.get_figwidth() / 1.7))),
+            fontsize=8,
+            frameon=False,
+        )
+
+
+def _new_figure(
+    nrows: int, ncols: int, w: float = 3.2, h: float = 2.5
+) -> tuple[Figure, np.ndarray]:
+    width = max(4.6, 0.4 + w * ncols)
+    fig = Figure(figsize=(width, 0.7 + h * nrows), dpi=110, layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, axes
+
+
+def _outputs(out: str | os.PathLike[str]) -> tuple[Path, Path]:
+    out = Path(out)
+    base = out.with_suffix("") if out.suffix.lower() in (".png", ".svg") else out
+    return base.with_name(base.name + ".png"), base.with_name(base.name + ".svg")
+
+
+def save_figure(fig: Figure, out: str | os.PathLike[str]) -> Path:
+    """Writes the figure as PNG and SVG next to each other (`out` without suffix or with .png);
+    returns the PNG path. The SVG carries no date and fixed ids, so reruns give the same file."""
+    png, svg = _outputs(out)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    with matplotlib.rc_context({"svg.hashsalt": "rbfm"}):
+        fig.savefig(png, metadata={"Software": None})
+        fig.savefig(svg, metadata={"Date": None})
+    return png
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures
+
+
+def grid_figure(rows: Sequence[ResultRow], domain: str, dataset: str | None = None) -> Figure:
+    """Figures 2-4 / 7-8: one domain and dataset; rows = tasks, columns = families."""
+    mine, dataset = _select(rows, domain, dataset)
+    styles = _styles(rows)
+    tasks = _unique(r.task for r in mine)
+    fams = _families(mine, domain)
+    aggs = aggregate(mine)
+    fig, axes = _new_figure(len(tasks), len(fams))
+    for i, task in enumerate(tasks):
+        for j, family in enumerate(fams):
+            ax = axes[i, j]
+            panel = [a for a in aggs if a.task == task and a.family == family]
+            _draw_panel(ax, panel, styles, domain, family)
+            ax.set_title(f"{task} / {family}", fontsize=9)
+            if j == 0:
+                ax.set_ylabel(f"{task}\nreturn", fontsize=8)
+    fig.suptitle(f"{domain} ({dataset}): mean return, 95% CI over seeds", fontsize=10)
+    _shared_legend(fig, axes.flat)
+    return fig
+
+
+def plot_grid(
+    rows: Sequence[ResultRow],
+    domain: str,
+    out: str | os.PathLike[str],
+    dataset: str | None = None,
+) -> Path:
+    """Saves `grid_figure` as PNG and SVG; returns the PNG path."""
+    return save_figure(grid_figure(rows, domain, dataset), out)
+
+
+def baselines_figure(
+    rows: Sequence[ResultRow], domain: str, family: str, dataset: str | None = None
+) -> Figure:
+    """Figure 5: one family, a panel per task, every label (FB methods and baselines)."""
+    mine, dataset = _select(rows, domain, dataset, family=family)
+    styles = _styles(rows)
+    tasks = _unique(r.task for r in mine)
+    aggs = aggregate(mine)
+    fig, axes = _new_figure(1, len(tasks))
+    for ax, task in zip(axes[0], tasks, strict=True):
+        _draw_panel(ax, [a for a in aggs if a.task == task], styles, domain, family)
+        ax.set_title(task, fontsize=9)
+    axes[0, 0].set_ylabel("return", fontsize=8)
+    fig.suptitle(f"{domain} ({dataset}): FB methods and baselines under {family}", fontsize=10)
+    _shared_legend(fig, axes.flat)
+    return fig
+
+
+def plot_baselines(
+    rows: Sequence[ResultRow],
+    domain: str,
+    family: str,
+    out: str | os.PathLike[str],
+    dataset: str | None = None,
+) -> Path:
+    """Saves `baselines_figure` as PNG and SVG; returns the PNG path."""
+    return save_figure(baselines_figure(rows, domain, family, dataset), out)
+
+
+def datasets_figure(rows: Sequence[ResultRow], domain: str, task: str, family: str) -> Figure:
+    """Q4: one task and family, a panel per dataset label (shared y), a line per label."""
+    _nonempty(rows)
+    _require(rows, "domain", domain)
+    mine = [r for r in rows if r.domain == domain]
+    _require(mine, "task", task, f"in domain {domain!r}")
+    mine = [r for r in mine if r.task == task]
+    _require(mine, "family", family, f"in {domain}/{task}")
+    mine = [r for r in mine if r.family == family]
+    styles = _styles(rows)
+    datasets = _unique(r.dataset for r in mine)
+    aggs = aggregate(mine)
+    fig, axes = _new_figure(1, len(datasets))
+    for ax, dataset in zip(axes[0], datasets, strict=True):
+        _draw_panel(ax, [a for a in aggs if a.dataset == dataset], styles, domain, family)
+        ax.set_title(dataset, fontsize=9)
+    for ax in axes[0, 1:]:
+        ax.sharey(axes[0, 0])
+    axes[0, 0].set_ylabel("return", fontsize=8)
+    fig.suptitle(f"{domain}-{task} under {family}: by dataset", fontsize=10)
+    _shared_legend(fig, axes.flat)
+    return fig
+
+
+def plot_datasets(
+    rows: Sequence[ResultRow],
+    domain: str,
+    task: str,
+    family: str,
+    out: str | os.PathLike[str],
+) -> Path:
+    """Saves `datasets_figure` as PNG and SVG; returns the PNG path."""
+    return save_figure(datasets_figure(rows, domain, task, family), out)
+
+
+def eps_figure(
+    rows: Sequence[ResultRow],
+    domain: str,
+    task: str,
+    family: str,
+    method: str = "rbfm-heavy",
+    dataset: str | None = None,
+) -> Figure:
+    """Q5: one panel, a line per robustness radius of `method` (legend "eps=0.4")."""
+    mine, dataset = _select(rows, domain, dataset, task=task, family=family)
+    _require(mine, "method", method, f"in {domain}/{dataset}/{task} under {family}")
+    mine = [r for r in mine if r.method == method]
+    if any(r.eps is None for r in mine):
+        raise ConfigError(f"method {method!r} has rows without eps; it has no radius to compare")
+    labels = _labels(mine)
+    eps_of = {label: next(r.eps for r in mine if r.label == label) for label in labels}
+    counts = Counter(eps_of.values())
+    names = {
+        label: f"eps={e:g}" if counts[e] == 1 else f"eps={e:g}: {label}"
+        for label, e in eps_of.items()
+    }
+    colours = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.85, len(labels)))
+    marker = _MARKERS.get(method, "o")
+    styles = {
+        label: _Style(matplotlib.colors.to_hex(c), marker, "-")
+        for label, c in zip(labels, colours, strict=True)
+    }
+    fig, axes = _new_figure(1, 1, w=4.6, h=3.2)
+    ax = axes[0, 0]
+    _draw_panel(ax, aggregate(mine), styles, domain, family, names)
+    ax.set_ylabel("return", fontsize=8)
+    ax.set_title(f"{domain}-{task} ({dataset}): {method} by radius under {family}", fontsize=9)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def plot_eps(
+    rows: Sequence[ResultRow],
+    domain: str,
+    task: str,
+    family: str,
+    out: str | os.PathLike[str],
+    method: str = "rbfm-heavy",
+    dataset: str | None = None,
+) -> Path:
+    """Saves `eps_figure` as PNG and SVG; returns the PNG path."""
+    return save_figure(eps_figure(rows, domain, task, family, method, dataset), out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+
+
+def format_seconds(seconds: float) -> str:
+    """Wall time the way Table 1 writes it: "12.3 s", "1m 23s", "5h 23m"."""
+    if not math.isfinite(seconds):
+        return "-"
+    if seconds < 59.95:
+        return f"{seconds:.1f} s"
+    s = round(seconds)
+    if s < 3600:
+        return f"{s // 60}m {s % 60}s"
+    m = round(seconds / 60)
+    return f"{m // 60}h {m % 60}m"
+
+
+def _markdown(header: Sequence[str], body: Iterable[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines) + "\n"
+
+
+def timing_table(rows: Sequence[ResultRow]) -> str:
+    """Table 1: mean inference wall time over seeds per task and label (each seed counted once),
+    a final "mean" row (over tasks) and a row with each label's mean as a multiple of FB-IL's."""
+    _nonempty(rows)
+    per_seed: dict[tuple[str, str, str, str, int], float] = {}
+    for r in rows:
+        per_seed.setdefault((r.domain, r.dataset, r.task, r.label, r.seed), r.inference_seconds)
+    labels = _labels(rows)
+    multi = len({r.dataset for r in rows}) > 1
+    tasks = _unique((r.domain, r.dataset, r.task) for r in rows)
+    cells: dict[tuple[tuple[str, str, str], str], float] = {}
+    for t in tasks:
+        for label in labels:
+            xs = [v for k, v in per_seed.items() if k[:3] == t and k[3] == label]
+            if xs:
+                cells[(t, label)] = float(np.mean(xs))
+    body = []
+    for t in tasks:
+        name = f"{t[0]}/{t[2]}" + (f" ({t[1]})" if multi else "")
+        body.append([name] + [format_seconds(cells.get((t, lab), math.nan)) for lab in labels])
+    means = {}
+    for label in labels:
+        xs = [v for (_, lab), v in cells.items() if lab == label]
+        means[label] = float(np.mean(xs))
+    body.append(["mean"] + [format_seconds(means[lab]) for lab in labels])
+    base = means.get("fbil")
+    if base is not None and base > 0:
+        body.append(["ratio to fbil"] + [f"x{means[lab] / base:.1f}" for lab in labels])
+    return _markdown(["task", *labels], body)
+
+
+def _level_text(level: float | None) -> str:
+    return "nominal" if level is None else f"{level:g}"
+
+
+def returns_table(rows: Sequence[ResultRow]) -> str:
+    """Return per (domain, dataset, task, family, level) and label: "mean +- 95% CI" over seeds."""
+    aggs = aggregate(rows)
+    labels = _labels(rows)
+    keys = _unique_keys(aggs)
+    cell = {(a.domain, a.dataset, a.task, a.family, a.level, a.label): a for a in aggs}
+    body = []
+    for k in keys:
+        row = [k[0], k[1], k[2], k[3], _level_text(k[4])]
+        for label in labels:
+            a = cell.get((*k, label))
+            row.append("-" if a is None else f"{a.mean:.1f} +- {a.ci95:.1f}")
+        body.append(row)
+    return _markdown(["domain", "dataset", "task", "family", "level", *labels], body)
+
+
+def _unique_keys(aggs: Sequence[Aggregate]) -> list[tuple[str, str, str, str, float | None]]:
+    keys: dict[tuple[str, str, str, str, float | None], None] = {}
+    for a in aggs:
+        keys.setdefault((a.domain, a.dataset, a.task, a.family, a.level), None)
+    return list(keys)
+
+
+# ---------------------------------------------------------------------------------------------
+# Interquartile mean across tasks (rliable)
+
+
+@dataclass(frozen=True)
+class IqmEstimate:
+    """A label's IQM across tasks and seeds, with its stratified-bootstrap 95% CI."""
+
+    label: str
+    iqm: float
+    low: float
+    high: float
+    seeds: int
+    tasks: int
+
+
+def _same_level(a: float | None, b: float) -> bool:
+    return a is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+
+
+def iqm_scores(
+    rows: Sequence[ResultRow], family: str | None = None, level: float | None = None
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Per comparable label, the (seeds x tasks) matrix of per-seed mean returns, where a task
+    is a (domain, dataset, task, family, level) combination; and notes on the labels dropped
+    (missing tasks, uneven or too few seeds, non-finite scores)."""
+    _nonempty(rows)
+    if family is not None:
+        _require(rows, "family", family)
+        rows = [r for r in rows if r.family == family]
+    if level is not None:
+        rows = [r for r in rows if _same_level(r.level, level)]
+        if not rows:
+            raise ConfigError(
+                f"no results at level {level:g}" + (f" of {family}" if family else "")
+            )
+    tasks = _unique((r.domain, r.dataset, r.task, r.family, r.level) for r in rows)
+    tasks.sort(key=lambda t: (t[0], t[1], t[2], _family_key(t[0], t[3]), _level_key(t[4])))
+    notes: list[str] = []
+    kept: dict[str, np.ndarray] = {}
+    for label in _labels(rows):
+        per_task: dict[tuple[str, str, str, str, float | None], dict[int, float]] = {}
+        for r in rows:
+            if r.label == label:
+                key = (r.domain, r.dataset, r.task, r.family, r.level)
+                per_task.setdefault(key, {})[r.seed] = r.mean
+        missing = [t for t in tasks if t not in per_task]
+        if missing:
+            notes.append(
+                f"{label}: dropped, results for {len(tasks) - len(missing)} of {len(tasks)} tasks"
+            )
+            continue
+        counts = {len(per_task[t]) for t in tasks}
+        if len(counts) > 1:
+            notes.append(f"{label}: dropped, uneven seeds across tasks ({sorted(counts)})")
+            continue
+        scores = np.array([[per_task[t][s] for s in sorted(per_task[t])] for t in tasks]).T
+        if not np.all(np.isfinite(scores)):
+            notes.append(f"{label}: dropped, non-finite scores")
+            continue
+        kept[label] = scores
+    if kept:
+        n_seeds = Counter(s.shape[0] for s in kept.values())
+        runs = max(n_seeds, key=lambda n: (n_seeds[n], n))
+        for label in list(kept):
+            if kept[label].shape[0] != runs:
+                notes.append(
+                    f"{label}: dropped, {kept[label].shape[0]} seeds where the others have {runs}"
+                )
+                del kept[label]
+    return kept, notes
+
+
+@dataclass(frozen=True)
+class IqmResult:
+    """The IQM comparison of one selection of the results."""
+
+    scope: str  # which families and levels were pooled
+    tasks: int  # (domain, dataset, task, family, level) combinations
+    estimates: tuple[IqmEstimate, ...]  # comparable labels, paper order
+    notes: tuple[str, ...]  # labels dropped, and why
+
+
+def _trimmed_mean(x: np.ndarray) -> float:
+    """scipy.stats.trim_mean(x, 0.25, axis=None) (rliable's IQM) without scipy's per-call
+    overhead, which dominates thousands of bootstrap resamples."""
+    flat = np.sort(np.asarray(x, dtype=np.float64), axis=None)
+    cut = int(0.25 * flat.size)
+    return float(flat[cut : flat.size - cut].mean())
+
+
+def _rliable() -> Any:
+    """rliable's library module, imported on first use (it is slow to import)."""
+    try:
+        from rliable import library
+    except (ImportError, TypeError) as e:  # TypeError: arch 7.x under pandas 3
+        raise ImportError(
+            f"rliable cannot be imported ({type(e).__name__}: {e}); it needs arch 7.x with "
+            "pandas < 3 (arch 8 drops the random_state argument rliable 1.2.0 passes)"
+        ) from e
+    return library
+
+
+def iqm_estimates(
+    rows: Sequence[ResultRow],
+    family: str | None = None,
+    level: float | None = None,
+    reps: int = _IQM_REPS,
+    seed: int = 0,
+) -> IqmResult:
+    """Each comparable label's interquartile mean of per-seed mean returns across tasks (see
+    `iqm_scores`), with rliable's stratified-bootstrap 95% percentile CI over `reps`
+    resamples drawn with a fixed `seed`."""
+    rly = _rliable()
+    scores, notes = iqm_scores(rows, family, level)
+    scope = "all families and levels" if family is None else family
+    if level is not None:
+        scope += f" at level {level:g}"
+    if not scores:
+        return IqmResult(scope, 0, (), tuple(notes))
+
+    def func(x: np.ndarray) -> np.ndarray:
+        return np.array([_trimmed_mean(x)])
+
+    # rliable's stratified bootstrap draws its resamples from numpy's global RNG (its
+    # random_state argument only reaches arch, which then warns that it is deprecated): seed the
+    # global RNG, then restore it.
+    state = np.random.get_state()
+    try:
+        np.random.seed(seed)
+        points, intervals = rly.get_interval_estimates(scores, func, reps=reps)
+    finally:
+        np.random.set_state(state)
+    estimates = tuple(
+        IqmEstimate(
+            label=label,
+            iqm=float(points[label][0]),
+            low=float(intervals[label][0, 0]),
+            high=float(intervals[label][1, 0]),
+            seeds=s.shape[0],
+            tasks=s.shape[1],
+        )
+        for label, s in scores.items()
+    )
+    return IqmResult(scope, estimates[0].tasks, estimates, tuple(notes))
+
+
+def _iqm_markdown(result: IqmResult) -> str:
+    text = f"IQM of per-seed mean return ({result.scope}; {result.tasks} tasks, raw returns)\n\n"
+    if result.estimates:
+        text += _markdown(
+            ["label", "IQM", "95% CI", "seeds", "tasks"],
+            (
+                [
+                    e.label,
+                    f"{e.iqm:.1f}",
+                    f"[{e.low:.1f}, {e.high:.1f}]",
+                    str(e.seeds),
+                    str(e.tasks),
+                ]
+                for e in result.estimates
+            ),
+        )
+    else:
+        text += "No label has results for every task with the same number of seeds.\n"
+    if result.notes:
+        text += "\n" + "\n".join(f"- {n}" for n in result.notes) + "\n"
+    return text
+
+
+def iqm_summary(
+    rows: Sequence[ResultRow],
+    family: str | None = None,
+    level: float | None = None,
+    reps: int = _IQM_REPS,
+    seed: int = 0,
+) -> str:
+    """Markdown: each comparable label's IQM across tasks (default: every family and level
+    pooled as extra tasks) with its stratified-bootstrap 95% CI; dropped labels noted below."""
+    return _iqm_markdown(iqm_estimates(rows, family, level, reps, seed))
+
+
+def _iqm_draw(result: IqmResult, styles: dict[str, _Style]) -> Figure:
+    if not result.estimates:
+        raise ConfigError("no label can be compared for an IQM: " + "; ".join(result.notes))
+    fig, axes = _new_figure(1, 1, w=5.0, h=0.5 + 0.45 * len(result.estimates))
+    ax = axes[0, 0]
+    for i, e in enumerate(result.estimates):
+        st = styles[e.label]
+        ax.barh(i, e.high - e.low, left=e.low, height=0.6, color=st.colour, alpha=0.75)
+        ax.vlines(e.iqm, i - 0.3, i + 0.3, color="k", lw=2)
+    ax.set_yticks(range(len(result.estimates)), [e.label for e in result.estimates], fontsize=8)
+    ax.invert_yaxis()
+    ax.margins(x=0.15)
+    ax.set_xlabel(
+        f"IQM return ({result.scope}; {result.tasks} tasks, 95% stratified-bootstrap CI)",
+        fontsize=8,
+    )
+    ax.grid(alpha=0.3, axis="x")
+    return fig
+
+
+def iqm_figure(
+    rows: Sequence[ResultRow],
+    family: str | None = None,
+    level: float | None = None,
+    reps: int = _IQM_REPS,
+    seed: int = 0,
+) -> Figure:
+    """Horizontal interval bars (95% CI) with the IQM marked, a bar per label, paper order."""
+    return _iqm_draw(iqm_estimates(rows, family, level, reps, seed), _styles(rows))
+
+
+def plot_iqm(
+    rows: Sequence[ResultRow],
+    out: str | os.PathLike[str],
+    family: str | None = None,
+    level: float | None = None,
+    reps: int = _IQM_REPS,
+    seed: int = 0,
+) -> Path:
+    """Saves `iqm_figure` as PNG and SVG; returns the PNG path."""
+    return save_figure(iqm_figure(rows, family, level, reps, seed), out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Everything a table supports
+
+
+def _slug(*parts: str) -> str:
+    return "-".join(re.sub(r"[^A-Za-z0-9._-]+", "_", p) for p in parts)
+
+
+def draw_all(
+    table_path: str | os.PathLike[str], out_dir: str | os.PathLike[str], iqm_reps: int = _IQM_REPS
+) -> list[Path]:
+    """Draws every figure the table supports into `out_dir` and writes `tables.md` (timing,
+    returns, IQM with `iqm_reps` bootstrap resamples); returns the files written (PNG and SVG
+    of each figure, then tables.md).
+
+    grid-{domain}-{dataset}              a grid per (domain, dataset)
+    baselines-{domain}[-{dataset}]-{family}
+                                         when drbc or bedroil rows exist there
+    datasets-{domain}-{task}-{family}    when that task and family have several datasets
+    eps-[{method}-]{domain}[-{dataset}]-{task}-{family}
+                                         when a method has several eps values there (the method
+                                         is named unless it is rbfm-heavy)
+    iqm                                  when some labels can be compared across all tasks
+    The dataset appears in the baselines and eps names only where several datasets of the
+    domain have that figure.
+    """
+    rows = read_table(table_path)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    def draw(name: str, plot: Callable[[Path], Path]) -> None:
+        png = plot(out_dir / name)
+        written.extend([png, png.with_suffix(".svg")])
+
+    # Figures of one dataset name it only where another dataset has the same figure.
+    per_dataset: list[tuple[tuple[str, ...], int, str, Callable[[Path], Path]]] = []
+    for domain in _unique(r.domain for r in rows):
+        mine = [r for r in rows if r.domain == domain]
+        for ds in _unique(r.dataset for r in mine):
+            draw(_slug("grid", domain, ds), partial(plot_grid, rows, domain, dataset=ds))
+        for ds in _unique(r.dataset for r in mine):
+            data = [r for r in mine if r.dataset == ds]
+            for family in _families(data, domain):
+                fam_rows = [r for r in data if r.family == family]
+                if any(r.method in BASELINES for r in fam_rows):
+                    baselines = partial(plot_baselines, rows, domain, family, dataset=ds)
+                    per_dataset.append((("baselines", domain, family), 2, ds, baselines))
+                for task in _unique(r.task for r in fam_rows):
+                    cell = [r for r in fam_rows if r.task == task]
+                    for method in _unique(r.method for r in sorted(cell, key=_label_key)):
+                        if len({r.eps for r in cell if r.method == method}) < 2:
+                            continue
+                        named = () if method == "rbfm-heavy" else (method,)
+                        eps = partial(
+                            plot_eps, rows, domain, task, family, method=method, dataset=ds
+                        )
+                        at = 2 + len(named)
+                        per_dataset.append((("eps", *named, domain, task, family), at, ds, eps))
+        for task in _unique(r.task for r in mine):
+            for family in _families([r for r in mine if r.task == task], domain):
+                here = {r.dataset for r in mine if r.task == task and r.family == family}
+                if len(here) > 1:
+                    draw(
+                        _slug("datasets", domain, task, family),
+                        partial(plot_datasets, rows, domain, task, family),
+                    )
+    shared = Counter(base for base, *_ in per_dataset)
+    for base, at, ds, plot in per_dataset:
+        parts = (*base[:at], ds, *base[at:]) if shared[base] > 1 else base
+        draw(_slug(*parts), plot)
+
+    iqm = iqm_estimates(rows, reps=iqm_reps)
+    if iqm.estimates:
+        fig = _iqm_draw(iqm, _styles(rows))
+        draw("iqm", partial(save_figure, fig))
+    tables = out_dir / "tables.md"
+    tables.write_text(
+        f"# Results: {Path(table_path).name}\n\n"
+        "## Inference wall time (mean over seeds)\n\n"
+        + timing_table(rows)
+        + "\n## Return (mean +- 95% CI over seeds)\n\n"
+        + returns_table(rows)
+        + "\n## Interquartile mean across tasks\n\n"
+        + _iqm_markdown(iqm)
+    )
+    written.append(tables)
+    return written

@@ -1,0 +1,218 @@
+"""The units of work an executor runs: pure functions from a payload to a result.
+
+Jobs read nothing but their payload and the model checkpoint it names, and write
+nothing: the runner (the driver) owns the run directory. So the same job gives the same
+result in this process, in a worker process or on a Ray node, and a job killed half-way
+leaves no trace. Each job runs torch on one thread: the executors parallelise across
+jobs, and results are bitwise reproducible only at a fixed thread count.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from rbfm.experiments.certificate import RADII, Certificate, heavy_certificates, tv_certificates
+from rbfm.fb.model import FBModel
+from rbfm.inference.demos import Demos
+
+
+@functools.lru_cache(maxsize=4)
+def _model(stem: str) -> FBModel:
+    from rbfm.fb.checkpoint import load_checkpoint
+
+    model, _ = load_checkpoint(stem, device="cpu")
+    return model.requires_grad_(False)
+
+
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+@dataclass(frozen=True)
+class DemosJob:
+    checkpoint: str
+    domain: str
+    task: str
+    z: list[float]
+    episodes: int
+    seed: int
+
+
+def run_demos(job: DemosJob) -> Demos:
+    from rbfm.inference import generate_demos
+
+    _one_thread()
+    model = _model(job.checkpoint)
+    return generate_demos(model, job.domain, job.task, torch.tensor(job.z), job.episodes, job.seed)
+
+
+@dataclass(frozen=True)
+class InferJob:
+    method: str
+    config: dict[str, Any]
+    preset: str | None  # baselines
+    seed: int
+    demos: Demos  # the episodes drawn for this seed
+    checkpoint: str | None  # FB methods
+    resume: str | None = None  # baselines: snapshot file (paper presets run for hours)
+    certificate_steps: int = 300  # critic steps per radius of the Heavy certificate; 0: none
+
+
+@dataclass
+class InferOutput:
+    seconds: float
+    steps: int
+    z: list[float] | None = None  # FB methods
+    policy: dict[str, np.ndarray] | None = None  # baselines: the state dict
+    extra: dict[str, float] = field(default_factory=dict)
+    certificates: list[Certificate] = field(default_factory=list)
+
+
+def _fb_certificates(
+    model: FBModel, demos: Demos, z: torch.Tensor, radii: tuple[float, ...], steps: int
+) -> list[Certificate]:
+    from rbfm.inference.demos import warm_start
+
+    t = {k: torch.as_tensor(v) for k, v in demos.transitions().items()}
+    with torch.no_grad():
+        pi = model.act(t["observation"], z.expand(len(t["observation"]), -1))
+        losses = (pi - t["action"]).square().sum(-1)
+        zw = warm_start(model, demos).expand(len(t["observation"]), -1)
+        feat = torch.cat(list(model.forward_map(t["observation"], t["action"], zw)), -1)
+        nxt = torch.cat(list(model.forward_map(t["next_observation"], t["next_action"], zw)), -1)
+    return tv_certificates(losses, radii) + heavy_certificates(losses, feat, nxt, radii, steps)
+
+
+def _policy_certificates(
+    policy: torch.nn.Module, demos: Demos, radii: tuple[float, ...], steps: int
+) -> list[Certificate]:
+    t = {k: torch.as_tensor(v) for k, v in demos.transitions().items()}
+    with torch.no_grad():
+        losses = (policy(t["observation"]) - t["action"]).square().sum(-1)
+    feat = torch.cat([t["observation"], t["action"]], -1)  # BE-DROIL's critic input
+    nxt = torch.cat([t["next_observation"], t["next_action"]], -1)
+    return tv_certificates(losses, radii) + heavy_certificates(losses, feat, nxt, radii, steps)
+
+
+def _radii(eps: float | None) -> tuple[float, ...]:
+    return tuple(sorted({*RADII, *([eps] if eps is not None else [])}))
+
+
+def run_infer(job: InferJob) -> InferOutput:
+    """Task inference (FB methods) or baseline training, then the policy's certificate."""
+    from pathlib import Path
+
+    _one_thread()
+    eps = job.config.get("eps")
+    radii = _radii(None if eps is None else float(eps))
+    if job.checkpoint is not None:
+        from rbfm.inference import METHODS
+
+        model = _model(job.checkpoint)
+        run, config_cls = METHODS[job.method]
+        result = run(model, job.demos, config_cls(**job.config), job.seed, False)
+        out = InferOutput(result.seconds, result.steps, z=result.z.tolist(), extra=result.extra)
+        if job.certificate_steps:
+            out.certificates = _fb_certificates(
+                model, job.demos, result.z, radii, job.certificate_steps
+            )
+        return out
+    from rbfm.baselines import train_baseline
+
+    assert job.preset is not None
+    start = time.perf_counter()
+    res, _ = train_baseline(
+        job.method,
+        job.demos,
+        job.preset,
+        job.seed,
+        job.config,
+        resume=None if job.resume is None else Path(job.resume),
+    )
+    state = {k: v.detach().cpu().numpy() for k, v in res.policy.state_dict().items()}
+    out = InferOutput(time.perf_counter() - start, int(job.config["steps"]), policy=state)
+    if job.certificate_steps:
+        out.certificates = _policy_certificates(res.policy, job.demos, radii, job.certificate_steps)
+    return out
+
+
+@dataclass(frozen=True)
+class EvalEntry:
+    cell: str
+    domain: str
+    task: str
+    family: str | None  # None: nominal
+    level: float | None
+    episodes: int
+    eval_seed: int
+    z: list[float] | None  # a task vector of the job's model, or
+    policy: tuple[str, dict[str, Any], dict[str, np.ndarray]] | None  # (method, meta, state)
+
+
+@dataclass(frozen=True)
+class EvalJob:
+    checkpoint: str | None  # the FB model of the entries' task vectors
+    entries: list[EvalEntry]
+
+
+@dataclass(frozen=True)
+class EvalOutput:
+    cell: str
+    returns: np.ndarray
+    unstable: int
+
+
+def _baseline(method: str, meta: dict[str, Any], state: dict[str, np.ndarray]) -> torch.nn.Module:
+    from rbfm.baselines import bedroil, drbc
+
+    dims = int(meta["obs_dim"]), int(meta["action_dim"])
+    hidden = tuple(meta["config"]["hidden"])
+    module: torch.nn.Module = (
+        drbc.DeterministicPolicy(*dims, hidden)
+        if method == "drbc"
+        else bedroil.TanhGaussianPolicy(*dims, hidden)
+    )
+    module.load_state_dict({k: torch.as_tensor(v) for k, v in state.items()})
+    return module.eval()
+
+
+def run_eval(job: EvalJob) -> list[EvalOutput]:
+    """Every entry's episodes in one lockstep batch (chunked by the engine above its
+    limit): one actor call per step serves every task vector of the model."""
+    from rbfm.baselines import as_policy
+    from rbfm.evaluation import EnvSpec, RolloutEngine
+    from rbfm.evaluation.sweep import dispatch
+    from rbfm.fb.zero_shot import policy
+
+    _one_thread()
+    fb = [e for e in job.entries if e.z is not None]
+    base = [e for e in job.entries if e.policy is not None]
+    order = fb + base
+    groups = []
+    if fb:
+        assert job.checkpoint is not None
+        z = torch.tensor([e.z for e in fb]).repeat_interleave(
+            torch.tensor([e.episodes for e in fb]), 0
+        )
+        groups.append((0, len(z), policy(_model(job.checkpoint), z)))
+    start = sum(e.episodes for e in fb)
+    for e in base:
+        assert e.policy is not None
+        groups.append((start, start + e.episodes, as_policy(_baseline(*e.policy))))
+        start += e.episodes
+    specs = [EnvSpec(e.domain, e.task, e.family, e.level) for e in order for _ in range(e.episodes)]
+    seeds = [(e.eval_seed, k) for e in order for k in range(e.episodes)]
+    with RolloutEngine(0) as engine:
+        res = engine.run(specs, dispatch(groups), seeds=seeds)
+    out, lo = [], 0
+    for e in order:
+        part = slice(lo, lo + e.episodes)
+        out.append(EvalOutput(e.cell, res.returns[part].copy(), int(res.unstable[part].sum())))
+        lo += e.episodes
+    return out

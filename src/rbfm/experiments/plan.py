@@ -1,0 +1,350 @@
+"""From a spec to cells: demonstrations, inferences and evaluations with stable ids.
+
+A cell's id is a hash of everything its result depends on, its inputs' ids included:
+the same spec gives the same ids on any machine, a changed setting gives new ids (so
+the cells it affects are recomputed and no others), and a finished cell is never
+computed twice. `plan` validates the whole spec first and raises a ConfigError that
+names the offending field before any work is done.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rbfm.envs import DOMAINS, PERTURBATIONS, TASKS, get_perturbation
+from rbfm.errors import ConfigError, RbfmError
+from rbfm.experiments.spec import (
+    _EPS_METHODS,
+    ALL_METHODS,
+    BASELINE_METHODS,
+    ExperimentSpec,
+    MethodEntry,
+    ModelEntry,
+    pick_levels,
+)
+from rbfm.fb.checkpoint import read_meta, resolve, shipped_model
+
+NOMINAL = "none"
+
+
+def cell_id(kind: str, payload: dict[str, Any]) -> str:
+    """A short stable hash of a cell's defining fields (canonical JSON)."""
+    blob = json.dumps({"kind": kind, **payload}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Model:
+    index: int  # position in spec.models
+    domain: str
+    dataset: str
+    checkpoint: str  # stem of the checkpoint files
+    sha256: str  # of its weights: the model's identity in cell ids
+    task_z: dict[str, list[float]]
+
+
+@dataclass(frozen=True)
+class DemosCell:
+    id: str
+    model: Model
+    task: str
+    episodes: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class Variant:
+    method: str
+    eps: float | None  # the radius used (None for fbil)
+    label: str  # "" for the defaults, else e.g. "eps=0.4"
+    config: dict[str, Any]  # the full config the method runs with
+    preset: str | None  # baselines
+
+
+@dataclass(frozen=True)
+class InferCell:
+    id: str
+    demos: DemosCell
+    variant: Variant
+    seed: int
+    num_demos: int
+    bf16: bool
+
+
+@dataclass(frozen=True)
+class EvalCell:
+    id: str
+    infer: InferCell
+    family: str  # NOMINAL for nominal dynamics
+    level: float | None
+    episodes: int
+    eval_seed: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: ExperimentSpec
+    demos: list[DemosCell]
+    infers: list[InferCell]
+    evals: list[EvalCell]
+
+    @property
+    def total(self) -> int:
+        return len(self.demos) + len(self.infers) + len(self.evals)
+
+
+def _model(entry: ModelEntry, index: int) -> Model:
+    where = f"models[{index}]"
+    if entry.domain not in DOMAINS:
+        raise ConfigError(
+            f"{where}.domain: unknown domain {entry.domain!r}; valid: {', '.join(DOMAINS)}"
+        )
+    if entry.checkpoint == "shipped":
+        stem = shipped_model(entry.domain, entry.dataset)
+        if stem is None:
+            raise ConfigError(
+                f"{where}.checkpoint: no model is shipped for {entry.domain} on "
+                f"{entry.dataset!r} data; give the path of a checkpoint (a pretraining run "
+                "directory or a .json/.safetensors file)"
+            )
+    else:
+        stem = resolve(entry.checkpoint)
+    try:
+        meta = read_meta(stem)
+    except RbfmError as e:
+        raise ConfigError(f"{where}.checkpoint: {e}") from e
+    if meta.get("domain") != entry.domain:
+        raise ConfigError(
+            f"{where}.checkpoint: {stem} is a {meta.get('domain')} model, not {entry.domain}"
+        )
+    return Model(
+        index, entry.domain, entry.dataset, str(stem), str(meta["sha256"]), meta.get("task_z", {})
+    )
+
+
+def _names(
+    given: tuple[str, ...], valid: tuple[str, ...], where: str, kind: str
+) -> tuple[str, ...]:
+    for name in given:
+        if name not in valid:
+            raise ConfigError(f"{where}: unknown {kind} {name!r}; valid: {', '.join(valid)}")
+    if len(set(given)) != len(given):
+        raise ConfigError(f"{where}: a {kind} is listed twice")
+    return given or valid
+
+
+def _families(entry: ModelEntry, where: str) -> dict[str, tuple[float | None, ...]]:
+    """Each family's levels (nominal: a single None)."""
+    valid = tuple(f for d, f in PERTURBATIONS if d == entry.domain)
+    names = _names(entry.families, (*valid, NOMINAL), f"{where}.families", "family")
+    if not entry.families:
+        names = valid
+    levels = entry.levels
+    if isinstance(levels, dict):
+        for fam in levels:
+            if fam not in names or fam == NOMINAL:
+                raise ConfigError(
+                    f"{where}.levels: {fam!r} is not a perturbation family of this model "
+                    f"(families: {', '.join(names)})"
+                )
+    elif isinstance(levels, bool) or not isinstance(levels, int) or not 1 <= levels <= 6:
+        raise ConfigError(
+            f"{where}.levels: {levels!r} is out of range (valid: 1..6 sweep levels per "
+            "family, or a table of levels per family)"
+        )
+    out: dict[str, tuple[float | None, ...]] = {}
+    for fam in names:
+        if fam == NOMINAL:
+            out[fam] = (None,)
+            continue
+        sweep = get_perturbation(entry.domain, fam).levels
+        if isinstance(levels, int):
+            out[fam] = pick_levels(tuple(sweep), levels)
+            continue
+        chosen = levels.get(fam, tuple(sweep))
+        lo, hi = min(sweep), max(sweep)
+        for x in chosen:
+            if not math.isfinite(x) or not lo <= x <= hi:
+                raise ConfigError(
+                    f"{where}.levels.{fam}: {x} is outside the family's range [{lo:g}, {hi:g}]"
+                )
+        out[fam] = tuple(chosen)
+    return out
+
+
+def _variants(entry: MethodEntry, domain: str, where: str) -> list[Variant]:
+    """The method's configs (one per eps), built and so validated by the config classes."""
+    from rbfm.baselines import baseline_config
+    from rbfm.inference import METHODS
+
+    if entry.name not in ALL_METHODS:
+        raise ConfigError(
+            f"{where}.name: unknown method {entry.name!r}; valid: {', '.join(ALL_METHODS)}"
+        )
+    if entry.eps and entry.name not in (*_EPS_METHODS, *BASELINE_METHODS):
+        raise ConfigError(f"{where}.eps: {entry.name} has no robustness radius")
+    if "eps" in entry.overrides:
+        raise ConfigError(f"{where}.overrides.eps: give the radius as the method's `eps` field")
+    if len(set(entry.eps)) != len(entry.eps):
+        raise ConfigError(f"{where}.eps: a value is listed twice")
+    variants = []
+    for eps in entry.eps or (None,):
+        overrides = dict(entry.overrides) | ({} if eps is None else {"eps": eps})
+        try:
+            if entry.name in BASELINE_METHODS:
+                cfg = dataclasses.asdict(
+                    baseline_config(entry.name, entry.preset, domain, overrides)
+                )
+            else:
+                cfg = dataclasses.asdict(METHODS[entry.name][1](**overrides))
+        except TypeError as e:
+            raise ConfigError(f"{where}.overrides: {e}") from e
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e}") from e
+        label = "" if eps is None or len(entry.eps) == 1 else f"eps={eps:g}"
+        used = cfg.get("eps")
+        variants.append(
+            Variant(
+                entry.name,
+                None if used is None else float(used),
+                label,
+                cfg,
+                entry.preset if entry.name in BASELINE_METHODS else None,
+            )
+        )
+    return variants
+
+
+def _check_counts(spec: ExperimentSpec) -> None:
+    if not spec.name or not all(c.isalnum() or c in "-_." for c in spec.name):
+        raise ConfigError(f"name: {spec.name!r} must be letters, digits, '-', '_' or '.'")
+    if not spec.seeds or len(set(spec.seeds)) != len(spec.seeds):
+        raise ConfigError("seeds: give distinct inference seeds (a list, or a count)")
+    for s in spec.seeds:
+        if isinstance(s, bool) or not isinstance(s, int) or s < 0:
+            raise ConfigError(f"seeds: {s!r} is not a non-negative integer")
+    for name, value, low in (
+        ("demos", spec.demos, 1),
+        ("episodes", spec.episodes, 1),
+        ("certificate_steps", spec.certificate_steps, 0),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"{name}: {value!r} is out of range (valid: >= {low})")
+    if not 1 <= spec.num_demos <= spec.demos:
+        raise ConfigError(
+            f"num_demos: {spec.num_demos} demonstrations cannot be drawn from {spec.demos} "
+            f"(valid: 1..{spec.demos})"
+        )
+
+
+def plan(spec: ExperimentSpec) -> Plan:
+    """Every cell of the spec, in a deterministic order; validates the spec first."""
+    _check_counts(spec)
+    demos: list[DemosCell] = []
+    infers: list[InferCell] = []
+    evals: list[EvalCell] = []
+    models = [_model(m, i) for i, m in enumerate(spec.models)]
+    seen = {(m.domain, m.dataset, m.sha256) for m in models}
+    if len(seen) != len(models):
+        raise ConfigError("models: the same model is listed twice with the same dataset label")
+    all_tasks = {t for m in spec.models for t in (m.tasks or TASKS[m.domain])}
+    all_families = {f for m in spec.models for f in (m.families or ())}
+    for j, method in enumerate(spec.methods):
+        for t in method.tasks:
+            if t not in all_tasks:
+                raise ConfigError(f"methods[{j}].tasks: {t!r} is not a task of any model")
+        for f in method.families:
+            known = all_families | {
+                f2 for d, f2 in PERTURBATIONS for m in spec.models if d == m.domain
+            }
+            if f not in known | {NOMINAL}:
+                raise ConfigError(f"methods[{j}].families: {f!r} is not a family of any model")
+    for model, entry in zip(models, spec.models, strict=True):
+        where = f"models[{model.index}]"
+        tasks = _names(entry.tasks, TASKS[model.domain], f"{where}.tasks", "task")
+        missing = [t for t in tasks if t not in model.task_z]
+        if missing:
+            raise ConfigError(
+                f"{where}.checkpoint: {model.checkpoint} stores no reward-inferred z for "
+                f"{', '.join(missing)} (make it with `rbfm export`)"
+            )
+        families = _families(entry, where)
+        variants = [
+            (m, v)
+            for j, m in enumerate(spec.methods)
+            for v in _variants(m, model.domain, f"methods[{j}]")
+        ]
+        for task in tasks:
+            d_id = cell_id(
+                "demos",
+                {
+                    "model": model.sha256,
+                    "task": task,
+                    "episodes": spec.demos,
+                    "seed": spec.demo_seed,
+                },
+            )
+            d = DemosCell(d_id, model, task, spec.demos, spec.demo_seed)
+            demos.append(d)
+            for m_entry, variant in variants:
+                if m_entry.tasks and task not in m_entry.tasks:
+                    continue
+                fams = [f for f in families if not m_entry.families or f in m_entry.families]
+                if not fams:
+                    continue
+                for seed in spec.seeds:
+                    bf16 = spec.bf16 and variant.method not in BASELINE_METHODS
+                    i_id = cell_id(
+                        "infer",
+                        {
+                            "demos": d_id,
+                            "method": variant.method,
+                            "config": variant.config,
+                            "preset": variant.preset,
+                            "seed": seed,
+                            "num_demos": spec.num_demos,
+                            "bf16": bf16,
+                        },
+                    )
+                    inf = InferCell(i_id, d, variant, seed, spec.num_demos, bf16)
+                    infers.append(inf)
+                    for fam in fams:
+                        for level in families[fam]:
+                            e_id = cell_id(
+                                "eval",
+                                {
+                                    "infer": i_id,
+                                    "family": fam,
+                                    "level": level,
+                                    "episodes": spec.episodes,
+                                    "eval_seed": spec.eval_seed,
+                                },
+                            )
+                            evals.append(
+                                EvalCell(e_id, inf, fam, level, spec.episodes, spec.eval_seed)
+                            )
+    if not evals:
+        raise ConfigError("methods: no method applies to any task and family of the models")
+    # Two entries giving identical cells would be computed once and counted twice.
+    if len({i.id for i in infers}) != len(infers):
+        raise ConfigError("methods: two entries give the same method with the same settings")
+    return Plan(spec, demos, infers, evals)
+
+
+def describe(p: Plan) -> str:
+    """One line per model: what the plan runs."""
+    lines = []
+    for d in p.demos:
+        n_inf = sum(1 for i in p.infers if i.demos.id == d.id)
+        n_eval = sum(1 for e in p.evals if e.infer.demos.id == d.id)
+        lines.append(
+            f"  {d.model.domain}/{d.task} ({d.model.dataset}, {Path(d.model.checkpoint).name}): "
+            f"{n_inf} inferences, {n_eval} evaluations"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,458 @@
+"""The experiment driver: plan, run the missing cells stage by stage, store each finished
+cell atomically, and assemble the results tables.
+
+Run directory:
+    spec.json                 the spec as run (the last run's)
+    demos/<id>.npz            expert demonstrations per (model, task)
+    policies/<id>.json        task vectors; baselines: <id>.safetensors + <id>.json
+    cells/infer/<id>.json     per inference: seconds, steps, policy file, certificates
+    cells/eval/<id>.json      per evaluation: the results row and the episodes' returns
+    results.csv               one row per evaluation cell of the spec (rbfm.experiments.table)
+    certificates.csv          per inference and radius: nominal and worst-case loss
+
+Every file is written to a temporary name and renamed, and a cell's record is written
+after its outputs, so a run killed at any moment keeps every finished cell and nothing
+half-written; run again, it skips what is done and computes only the rest.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import itertools
+import json
+import math
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from rbfm.experiments.executors import Executor
+from rbfm.experiments.jobs import (
+    DemosJob,
+    EvalEntry,
+    EvalJob,
+    InferJob,
+    InferOutput,
+    run_demos,
+    run_eval,
+    run_infer,
+)
+from rbfm.experiments.plan import NOMINAL, DemosCell, EvalCell, InferCell, Plan, plan
+from rbfm.experiments.spec import ExperimentSpec
+from rbfm.experiments.table import ResultRow, write_table
+from rbfm.inference.demos import Demos, load_demos, save_demos
+
+EVAL_BATCH = 400  # episodes per evaluation job: the rollout engine's batch limit
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.part")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+class Store:
+    """The run directory: where each cell's outputs and record live."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def demos(self, cell: DemosCell) -> Path:
+        return self.root / "demos" / f"{cell.id}.npz"
+
+    def policy(self, cell: InferCell) -> Path:
+        return self.root / "policies" / cell.id  # a stem
+
+    def infer_record(self, cell: InferCell) -> Path:
+        return self.root / "cells" / "infer" / f"{cell.id}.json"
+
+    def eval_record(self, cell: EvalCell) -> Path:
+        return self.root / "cells" / "eval" / f"{cell.id}.json"
+
+    def read(self, path: Path) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+
+
+@dataclass
+class RunSummary:
+    plan: Plan
+    computed: dict[str, int]  # cells computed by this run, per stage
+    skipped: int  # cells found finished
+    seconds: float
+    results: Path
+    certificates: Path
+
+
+# Rough single-core seconds per unit of work, for the ETA only: the bar advances by each
+# finished cell's estimated cost, so its rate (and ETA) calibrates itself to the machine
+# while cells that cost 1000x more than others do not make it jump.
+_ENV_STEP = {"cheetah": 1 / 10_000, "walker": 1 / 4_000, "quadruped": 1 / 3_000}
+_FLOPS = 2e10  # a CPU core's useful float throughput on these small networks
+_CERTIFICATE = 6.0 / 300  # seconds per certificate step: the Heavy dual at six radii
+
+
+def _params(config: dict[str, Any], key: str, inp: int = 64) -> int:
+    hidden = config.get(key, [256, 256])
+    widths = [inp, *(hidden if isinstance(hidden, list | tuple) else [hidden] * 2)]
+    return sum(a * b for a, b in itertools.pairwise(widths))
+
+
+def cell_cost(
+    cell: DemosCell | InferCell | EvalCell, actor_params: dict[str, int], certificate_steps: int
+) -> float:
+    """Estimated seconds of one cell on one core (demonstrations and evaluation: env steps;
+    inference: forward and backward passes of the networks it trains through)."""
+    if isinstance(cell, DemosCell):
+        return cell.episodes * 1000 * _ENV_STEP[cell.model.domain] * 1.3
+    if isinstance(cell, EvalCell):
+        return cell.episodes * 1000 * _ENV_STEP[cell.infer.demos.model.domain] * 1.3
+    cfg = cell.variant.config
+    if cell.variant.preset is None:
+        per_step = 6 * actor_params[cell.demos.model.checkpoint] * cfg["batch_size"]
+    else:
+        critic = 3 if cell.variant.method == "bedroil" else 1
+        per_step = 6 * _params(cfg, "hidden") * cfg["batch_size"] * (1 + critic)
+    return cfg["steps"] * per_step / _FLOPS + _CERTIFICATE * certificate_steps
+
+
+class _Progress:
+    """Cells done/total and an ETA over the whole grid, weighted by estimated cost."""
+
+    def __init__(self, costs: dict[str, float], done: set[str], enabled: bool) -> None:
+        self.costs, self.total, self.done = costs, len(costs), len(done)
+        self.bar = tqdm(
+            total=round(sum(costs.values()), 1),
+            initial=round(sum(costs[c] for c in done), 1),
+            unit="s",
+            unit_scale=False,
+            disable=not enabled,
+            dynamic_ncols=True,
+            bar_format="{desc} {percentage:3.0f}%|{bar}| [{elapsed}<{remaining}]",
+        )
+        self.name = "starting"
+        self._describe()
+
+    def _describe(self) -> None:
+        self.bar.set_description(f"{self.name}: {self.done}/{self.total} cells")
+
+    def stage(self, name: str) -> None:
+        self.name = name
+        self._describe()
+
+    def update(self, cells: list[str]) -> None:
+        self.done += len(cells)
+        self._describe()
+        self.bar.update(round(sum(self.costs[c] for c in cells), 1))
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _save_infer(store: Store, cell: InferCell, out: InferOutput) -> None:
+    from rbfm.baselines import bedroil, drbc, save_policy
+    from rbfm.envs import get_domain
+    from rbfm.evaluation.sweep import save_z
+
+    stem = store.policy(cell)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    d = cell.demos
+    common = {
+        "method": cell.variant.method,
+        "seed": cell.seed,
+        "domain": d.model.domain,
+        "task": d.task,
+        "num_demos": cell.num_demos,
+        "demos": str(store.demos(d).relative_to(store.root)),
+        "config": cell.variant.config,
+        "seconds": out.seconds,
+        "steps": out.steps,
+    }
+    if out.z is not None:
+        policy_file = stem.with_suffix(".json")
+        save_z(
+            policy_file,
+            torch.tensor(out.z),
+            {**common, "checkpoint": d.model.checkpoint, "model_sha256": d.model.sha256},
+        )
+    else:
+        assert out.policy is not None
+        spec = get_domain(d.model.domain)
+        hidden = tuple(cell.variant.config["hidden"])
+        module: torch.nn.Module = (
+            drbc.DeterministicPolicy(spec.obs_dim, spec.action_dim, hidden)
+            if cell.variant.method == "drbc"
+            else bedroil.TanhGaussianPolicy(spec.obs_dim, spec.action_dim, hidden)
+        )
+        module.load_state_dict({k: torch.as_tensor(v) for k, v in out.policy.items()})
+        save_policy(
+            stem,
+            module,
+            {
+                **common,
+                "preset": cell.variant.preset,
+                "obs_dim": spec.obs_dim,
+                "action_dim": spec.action_dim,
+            },
+        )
+        policy_file = stem.with_suffix(".json")
+    _write_json(
+        store.infer_record(cell),
+        {
+            "cell": cell.id,
+            "method": cell.variant.method,
+            "variant": cell.variant.label,
+            "eps": cell.variant.eps,
+            "seed": cell.seed,
+            "seconds": out.seconds,
+            "steps": out.steps,
+            "extra": out.extra,
+            "policy": str(policy_file.relative_to(store.root)),
+            "certificates": [dataclasses.asdict(c) for c in out.certificates],
+        },
+    )
+
+
+def _eval_entry(store: Store, cell: EvalCell) -> EvalEntry:
+    from safetensors.numpy import load_file
+
+    from rbfm.baselines.common import read_policy_meta
+
+    inf = cell.infer
+    record = store.read(store.infer_record(inf))
+    path = store.root / record["policy"]
+    z, pol = None, None
+    if inf.variant.method in ("drbc", "bedroil"):
+        meta = read_policy_meta(path.with_suffix(""))
+        pol = (inf.variant.method, meta, load_file(str(path.with_suffix(".safetensors"))))
+    else:
+        z = json.loads(path.read_text())["z"]
+    return EvalEntry(
+        cell.id,
+        inf.demos.model.domain,
+        inf.demos.task,
+        None if cell.family == NOMINAL else cell.family,
+        cell.level,
+        cell.episodes,
+        cell.eval_seed,
+        z,
+        pol,
+    )
+
+
+def _pack(cells: list[EvalCell], batch: int, parallel: int) -> list[list[EvalCell]]:
+    """Evaluation cells grouped by model, in plan order, into jobs of at most `batch`
+    episodes (smaller when there are fewer episodes than workers can share)."""
+    by_model: dict[str, list[EvalCell]] = {}
+    for c in cells:
+        by_model.setdefault(c.infer.demos.model.checkpoint, []).append(c)
+    total = sum(c.episodes for c in cells)
+    size = max(1, min(batch, math.ceil(total / max(parallel, 1))))
+    jobs: list[list[EvalCell]] = []
+    for group in by_model.values():
+        current: list[EvalCell] = []
+        for c in group:
+            if current and sum(x.episodes for x in current) + c.episodes > size:
+                jobs.append(current)
+                current = []
+            current.append(c)
+        if current:
+            jobs.append(current)
+    return jobs
+
+
+def _result_row(store: Store, cell: EvalCell, returns: np.ndarray, unstable: int) -> ResultRow:
+    inf = cell.infer
+    record = store.read(store.infer_record(inf))
+    return ResultRow(
+        domain=inf.demos.model.domain,
+        dataset=inf.demos.model.dataset,
+        task=inf.demos.task,
+        method=inf.variant.method,
+        variant=inf.variant.label,
+        eps=inf.variant.eps,
+        seed=inf.seed,
+        family=cell.family,
+        level=cell.level,
+        episodes=len(returns),
+        mean=float(returns.mean()),
+        std=float(returns.std()),
+        unstable=unstable,
+        inference_seconds=float(record["seconds"]),
+        policy=str(record["policy"]),
+        cell=cell.id,
+    )
+
+
+def _actor_params(checkpoint: str) -> int:
+    """The FB actor's parameter count, read from the weights file's header."""
+    from safetensors import safe_open
+
+    with safe_open(str(Path(checkpoint).with_suffix(".safetensors")), "np") as f:
+        names = [k for k in f.keys() if k.startswith("actor.")]  # noqa: SIM118
+        return sum(int(np.prod(f.get_slice(k).get_shape())) for k in names)
+
+
+def _stage(
+    executor: Executor, fn: Any, jobs: list[Any], progress: _Progress, name: str
+) -> Iterator[tuple[int, Any]]:
+    progress.stage(name)
+    yield from executor.map_unordered(fn, jobs)
+
+
+def run_experiment(
+    spec: ExperimentSpec,
+    out: str | os.PathLike[str],
+    executor: Executor,
+    progress: bool = True,
+    eval_batch: int = EVAL_BATCH,
+) -> RunSummary:
+    """Runs every unfinished cell of the spec; returns what was done and the tables."""
+    start = time.perf_counter()
+    p = plan(spec)  # validates everything before any work
+    store = Store(out)
+    for sub in ("demos", "policies", "cells/infer", "cells/eval"):
+        (store.root / sub).mkdir(parents=True, exist_ok=True)
+    _write_json(store.root / "spec.json", {"spec": dataclasses.asdict(spec)})
+    demos_todo = [d for d in p.demos if not store.demos(d).exists()]
+    infer_todo = [i for i in p.infers if not store.infer_record(i).exists()]
+    eval_todo = [e for e in p.evals if not store.eval_record(e).exists()]
+    skipped = p.total - len(demos_todo) - len(infer_todo) - len(eval_todo)
+    actor = {ck: _actor_params(ck) for ck in {d.model.checkpoint for d in p.demos}}
+    cells: list[DemosCell | InferCell | EvalCell] = [*p.demos, *p.infers, *p.evals]
+    costs = {c.id: cell_cost(c, actor, spec.certificate_steps) for c in cells}
+    todo = {d.id for d in demos_todo} | {i.id for i in infer_todo} | {e.id for e in eval_todo}
+    bar = _Progress(costs, {c.id for c in cells} - todo, progress)
+    computed = {"demos": 0, "infer": 0, "eval": 0}
+    try:
+        jobs_d = [
+            DemosJob(
+                d.model.checkpoint,
+                d.model.domain,
+                d.task,
+                d.model.task_z[d.task],
+                d.episodes,
+                d.seed,
+            )
+            for d in demos_todo
+        ]
+        for i, demos in _stage(executor, run_demos, jobs_d, bar, "demonstrations"):
+            save_demos(store.demos(demos_todo[i]), demos)
+            computed["demos"] += 1
+            bar.update([demos_todo[i].id])
+
+        loaded: dict[str, Demos] = {}
+
+        def drawn(cell: InferCell) -> Demos:
+            d = cell.demos
+            if d.id not in loaded:
+                loaded[d.id] = load_demos(store.demos(d), d.model.domain)
+            return loaded[d.id].sample(cell.num_demos, cell.seed)
+
+        jobs_i = [
+            InferJob(
+                i.variant.method,
+                i.variant.config | ({"bf16": True} if i.bf16 else {}),
+                i.variant.preset,
+                i.seed,
+                drawn(i),
+                None if i.variant.preset is not None else i.demos.model.checkpoint,
+                str(store.policy(i)) + ".resume.pt" if i.variant.preset is not None else None,
+                spec.certificate_steps,
+            )
+            for i in infer_todo
+        ]
+        for i, result in _stage(executor, run_infer, jobs_i, bar, "task inference"):
+            _save_infer(store, infer_todo[i], result)
+            computed["infer"] += 1
+            bar.update([infer_todo[i].id])
+
+        packed = _pack(eval_todo, eval_batch, executor.parallel)
+        jobs_e = [
+            EvalJob(cells[0].infer.demos.model.checkpoint, [_eval_entry(store, c) for c in cells])
+            for cells in packed
+        ]
+        for i, outputs in _stage(executor, run_eval, jobs_e, bar, "evaluation"):
+            for cell, res in zip(packed[i], outputs, strict=True):
+                assert res.cell == cell.id
+                row = _result_row(store, cell, res.returns, res.unstable)
+                _write_json(
+                    store.eval_record(cell),
+                    {"row": dataclasses.asdict(row), "returns": res.returns.tolist()},
+                )
+            computed["eval"] += len(packed[i])
+            bar.update([c.id for c in packed[i]])
+    finally:
+        bar.close()
+        executor.close()
+    results = write_table(store.root / "results.csv", collect_rows(store, p))
+    certificates = write_certificates(store, p)
+    return RunSummary(p, computed, skipped, time.perf_counter() - start, results, certificates)
+
+
+def collect_rows(store: Store, p: Plan) -> list[ResultRow]:
+    """The finished evaluation cells of a plan, in plan order."""
+    rows = []
+    for cell in p.evals:
+        path = store.eval_record(cell)
+        if path.exists():
+            rows.append(ResultRow(**store.read(path)["row"]))
+    return rows
+
+
+CERTIFICATE_COLUMNS = (
+    "domain",
+    "dataset",
+    "task",
+    "method",
+    "variant",
+    "eps",
+    "seed",
+    "set",
+    "radius",
+    "nominal_loss",
+    "worst_case_loss",
+    "policy",
+)
+
+
+def write_certificates(store: Store, p: Plan) -> Path:
+    """certificates.csv: per finished inference and radius, the nominal and worst-case
+    imitation loss under the TV set (exact) and the Heavy set (upper bound)."""
+    path = store.root / "certificates.csv"
+    tmp = path.with_name(f".{path.name}.part")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(CERTIFICATE_COLUMNS)
+        for cell in p.infers:
+            rec_path = store.infer_record(cell)
+            if not rec_path.exists():
+                continue
+            rec = store.read(rec_path)
+            for c in rec["certificates"]:
+                writer.writerow(
+                    [
+                        cell.demos.model.domain,
+                        cell.demos.model.dataset,
+                        cell.demos.task,
+                        cell.variant.method,
+                        cell.variant.label,
+                        "" if cell.variant.eps is None else cell.variant.eps,
+                        cell.seed,
+                        c["uncertainty_set"],
+                        c["radius"],
+                        f"{c['nominal']:.6g}",
+                        f"{c['worst_case']:.6g}",
+                        rec["policy"],
+                    ]
+                )
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,315 @@
+"""Experiment specs: which models, tasks, perturbations, methods, seeds and episodes.
+
+A spec is a named preset (`smoke`, `cpu`, `slice`, `paper`, ...) or a TOML file with
+the same fields (TOML because Python reads it without a dependency). `validate` checks
+every field against what exists (domains, tasks, families, methods and their config
+fields, checkpoints) before any work starts, and names the field in its errors.
+
+    name = "mine"
+    seeds = [0, 1, 2, 3, 4]      # inference seeds (each draws its own demonstrations)
+    demos = 200                  # expert episodes generated per (model, task)
+    num_demos = 4                # drawn per seed
+    episodes = 20                # evaluation episodes per (task vector, level)
+
+    [[models]]
+    domain = "cheetah"
+    dataset = "rnd"              # the data label figures use (Q4: "rnd-100k", "aps", ...)
+    checkpoint = "shipped"       # the model shipped for the domain, or a path
+    tasks = ["walk", "run"]      # default: all of the domain's
+    families = ["joint_friction"]  # default: all of the domain's; "none" = nominal only
+    levels = 6                   # per family: all 6 sweep levels, k of them, or a table
+
+    [[methods]]
+    name = "rbfm-heavy"
+    eps = [0.4, 0.8]             # a list makes one variant per value (Q5)
+    overrides = { steps = 1000 } # fields of the method's config (HeavyConfig...)
+    tasks = ["walk"]             # optional: restrict a method (the baselines are costly)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rbfm.errors import ConfigError
+
+FB_METHODS = ("fbil", "rbfm-light", "rbfm-heavy")
+BASELINE_METHODS = ("drbc", "bedroil")
+ALL_METHODS = (*FB_METHODS, *BASELINE_METHODS)
+_EPS_METHODS = ("rbfm-light", "rbfm-heavy")
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    domain: str
+    dataset: str = "rnd"
+    checkpoint: str = "shipped"
+    tasks: tuple[str, ...] = ()  # () = all of the domain's
+    families: tuple[str, ...] = ()  # () = all of the domain's; ("none",) = nominal only
+    levels: int | dict[str, tuple[float, ...]] = 6
+
+
+@dataclass(frozen=True)
+class MethodEntry:
+    name: str
+    eps: tuple[float, ...] = ()  # () = the method's default; several = one variant each
+    overrides: dict[str, Any] = field(default_factory=dict)
+    preset: str = "cpu"  # baselines: "paper" (Tables 8-9) or "cpu"
+    tasks: tuple[str, ...] = ()  # () = every task of every model
+    families: tuple[str, ...] = ()  # () = every family of every model
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    name: str
+    models: tuple[ModelEntry, ...]
+    methods: tuple[MethodEntry, ...]
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
+    demos: int = 200
+    num_demos: int = 4
+    episodes: int = 100
+    eval_seed: int = 1000  # evaluation initial states: (eval_seed, k), the same for all
+    demo_seed: int = 0
+    bf16: bool = False  # FB methods: a bfloat16 actor copy (faster on CPUs with AMX)
+    # Critic steps per radius of each policy's Heavy robustness certificate (0: none). A
+    # by-product of an inference cell, not part of its id: changing it recomputes nothing.
+    certificate_steps: int = 300
+
+
+def _methods(
+    *names: str, baselines_on: tuple[str, ...] = (), preset: str = "cpu"
+) -> tuple[MethodEntry, ...]:
+    fb = tuple(MethodEntry(m) for m in names if m in FB_METHODS)
+    base = tuple(
+        MethodEntry(m, preset=preset, tasks=baselines_on) for m in names if m in BASELINE_METHODS
+    )
+    return fb + base
+
+
+PRESETS: dict[str, ExperimentSpec] = {
+    # Seconds on a laptop: the pipeline end to end on the shipped cheetah model.
+    "smoke": ExperimentSpec(
+        name="smoke",
+        models=(
+            ModelEntry("cheetah", tasks=("walk", "run"), families=("joint_friction",), levels=2),
+        ),
+        methods=(
+            MethodEntry("fbil", overrides={"steps": 50}),
+            MethodEntry("rbfm-heavy", overrides={"steps": 50}),
+        ),
+        seeds=(0, 1),
+        demos=4,
+        num_demos=2,
+        episodes=2,
+        certificate_steps=50,
+    ),
+    # One real slice (issue 10's evidence): cheetah walk under joint friction, all five
+    # methods at the paper's inference steps, the baselines at their cpu presets.
+    "slice": ExperimentSpec(
+        name="slice",
+        models=(ModelEntry("cheetah", tasks=("walk",), families=("joint_friction",)),),
+        methods=_methods(*ALL_METHODS),
+        episodes=20,
+    ),
+    # The paper's protocol on the shipped model (what experiments/cheetah_cpu.sh ran):
+    # the shipped cheetah model, four tasks, three families, five methods (baselines on
+    # walk), 5 seeds x 20 episodes per level.
+    "cpu": ExperimentSpec(
+        name="cpu",
+        models=(ModelEntry("cheetah"),),
+        methods=_methods(*ALL_METHODS, baselines_on=("walk",)),
+        episodes=20,
+    ),
+    # Q4, data size: walker flip under joint friction, FB models pretrained on 100k, 500k
+    # and 1M RND transitions (Figure 5 of the paper); models shipped as walker_rnd-100k...
+    "datasize": ExperimentSpec(
+        name="datasize",
+        models=tuple(
+            ModelEntry("walker", label, tasks=("flip",), families=("joint_friction",))
+            for label in ("rnd-100k", "rnd-500k", "rnd")
+        ),
+        methods=_methods(*FB_METHODS),
+    ),
+    # Q4, data source: walker on RND, APS and ProtoRL data (Figures 7-8), every task/family.
+    "sources": ExperimentSpec(
+        name="sources",
+        models=tuple(ModelEntry("walker", label) for label in ("rnd", "aps", "proto")),
+        methods=_methods(*FB_METHODS),
+    ),
+    # Q5: RBFM-Heavy's eps on quadruped jump under contact stiffness (Figure 6).
+    "eps": ExperimentSpec(
+        name="eps",
+        models=(ModelEntry("quadruped", tasks=("jump",), families=("contact_stiffness",)),),
+        methods=(MethodEntry("rbfm-heavy", eps=(0.2, 0.4, 0.6, 0.8, 1.0)),),
+    ),
+    # The paper's grid (Section 4): walker on RND, APS and ProtoRL, quadruped and cheetah
+    # on RND, every task and family, 5 seeds x 100 episodes; baselines at their paper
+    # presets on walker body mass (Figure 5).
+    "paper": ExperimentSpec(
+        name="paper",
+        models=(
+            ModelEntry("walker", "rnd"),
+            ModelEntry("walker", "aps"),
+            ModelEntry("walker", "proto"),
+            ModelEntry("quadruped", "rnd"),
+            ModelEntry("cheetah", "rnd"),
+        ),
+        methods=(
+            *_methods(*FB_METHODS),
+            MethodEntry("drbc", preset="paper", families=("body_mass",)),
+            MethodEntry("bedroil", preset="paper", families=("body_mass",)),
+        ),
+    ),
+}
+
+
+def _err(where: str, message: str) -> ConfigError:
+    return ConfigError(f"{where}: {message}")
+
+
+def _str_tuple(value: Any, where: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise _err(where, f"expected a list of names, got {value!r}")
+    return tuple(value)
+
+
+def _int(value: Any, where: str, low: int, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _err(where, f"expected an integer, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f"{low}..{high}" if high is not None else f">= {low}"
+        raise _err(where, f"{value} is out of range (valid: {bound})")
+    return value
+
+
+def _take(table: dict[str, Any], known: set[str], where: str) -> dict[str, Any]:
+    unknown = sorted(set(table) - known)
+    if unknown:
+        raise _err(where, f"unknown field {unknown[0]!r}; valid fields: {', '.join(sorted(known))}")
+    return table
+
+
+def from_dict(data: dict[str, Any], where: str = "spec") -> ExperimentSpec:
+    """Builds a spec from parsed TOML; types and names are checked, ranges in `validate`."""
+    top = {f.name for f in dataclasses.fields(ExperimentSpec)}
+    _take(data, top, where)
+    for key in ("name", "models", "methods"):
+        if key not in data:
+            raise _err(where, f"missing field {key!r}")
+    models = []
+    model_fields = {f.name for f in dataclasses.fields(ModelEntry)}
+    if not isinstance(data["models"], list) or not data["models"]:
+        raise _err(f"{where}.models", "expected a non-empty list of [[models]] tables")
+    for i, m in enumerate(data["models"]):
+        w = f"{where}.models[{i}]"
+        if not isinstance(m, dict):
+            raise _err(w, "expected a table")
+        _take(m, model_fields, w)
+        if "domain" not in m:
+            raise _err(w, "missing field 'domain'")
+        levels = m.get("levels", 6)
+        if isinstance(levels, dict):
+            levels = {k: tuple(float(x) for x in v) for k, v in levels.items()}
+        models.append(
+            ModelEntry(
+                domain=str(m["domain"]),
+                dataset=str(m.get("dataset", "rnd")),
+                checkpoint=str(m.get("checkpoint", "shipped")),
+                tasks=_str_tuple(m.get("tasks", []), f"{w}.tasks"),
+                families=_str_tuple(m.get("families", []), f"{w}.families"),
+                levels=levels,
+            )
+        )
+    methods = []
+    method_fields = {f.name for f in dataclasses.fields(MethodEntry)}
+    if not isinstance(data["methods"], list) or not data["methods"]:
+        raise _err(f"{where}.methods", "expected a non-empty list of [[methods]] tables")
+    for i, m in enumerate(data["methods"]):
+        w = f"{where}.methods[{i}]"
+        if not isinstance(m, dict):
+            raise _err(w, "expected a table")
+        _take(m, method_fields, w)
+        if "name" not in m:
+            raise _err(w, "missing field 'name'")
+        eps = m.get("eps", [])
+        eps = [eps] if isinstance(eps, int | float) else eps
+        if not isinstance(eps, list) or not all(isinstance(e, int | float) for e in eps):
+            raise _err(f"{w}.eps", f"expected a number or a list of numbers, got {eps!r}")
+        overrides = m.get("overrides", {})
+        if not isinstance(overrides, dict):
+            raise _err(f"{w}.overrides", "expected a table of config fields")
+        methods.append(
+            MethodEntry(
+                name=str(m["name"]),
+                eps=tuple(float(e) for e in eps),
+                overrides=dict(overrides),
+                preset=str(m.get("preset", "cpu")),
+                tasks=_str_tuple(m.get("tasks", []), f"{w}.tasks"),
+                families=_str_tuple(m.get("families", []), f"{w}.families"),
+            )
+        )
+    rest = {k: v for k, v in data.items() if k not in ("models", "methods")}
+    if "seeds" in rest:
+        seeds = rest["seeds"]
+        if isinstance(seeds, int) and not isinstance(seeds, bool):
+            seeds = list(range(seeds))
+        if not isinstance(seeds, list):
+            raise _err(f"{where}.seeds", f"expected a list of integers or a count, got {seeds!r}")
+        rest["seeds"] = tuple(seeds)
+    return ExperimentSpec(models=tuple(models), methods=tuple(methods), **rest)
+
+
+def load_spec(name_or_path: str) -> ExperimentSpec:
+    """A preset by name, or a TOML file."""
+    if name_or_path in PRESETS:
+        return PRESETS[name_or_path]
+    path = Path(name_or_path)
+    if not path.suffix == ".toml":
+        raise ConfigError(
+            f"unknown experiment {name_or_path!r}: a preset ({', '.join(PRESETS)}) or a .toml file"
+        )
+    try:
+        data = tomllib.loads(path.read_text())
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the spec ({e})") from e
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML ({e})") from e
+    return from_dict(data, str(path))
+
+
+def with_overrides(
+    spec: ExperimentSpec,
+    seeds: int | None = None,
+    episodes: int | None = None,
+    steps: int | None = None,
+) -> ExperimentSpec:
+    """The spec with fewer seeds, other episode counts or step counts (command-line knobs)."""
+    out = spec
+    if seeds is not None:
+        out = dataclasses.replace(out, seeds=tuple(range(seeds)))
+    if episodes is not None:
+        out = dataclasses.replace(out, episodes=episodes)
+    if steps is not None:
+        out = dataclasses.replace(
+            out,
+            methods=tuple(
+                dataclasses.replace(m, overrides={**m.overrides, "steps": steps})
+                for m in out.methods
+            ),
+        )
+    return out
+
+
+def pick_levels(levels: tuple[float, ...], k: int) -> tuple[float, ...]:
+    """k of a family's sweep levels, evenly spread, the first (nominal) and last included."""
+    if k >= len(levels):
+        return levels
+    idx = np.unique(np.round(np.linspace(0, len(levels) - 1, k)).astype(int))
+    return tuple(levels[i] for i in idx)

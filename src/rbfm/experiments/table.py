@@ -1,0 +1,107 @@
+"""The results table of an experiment: one row per (model, task, method variant, inference
+seed, perturbation family, level), written as CSV.
+
+Columns (in order):
+    domain, dataset        the model's domain and its data label ("rnd", "rnd-100k", "aps", ...)
+    task                   the imitated task
+    method                 fbil | rbfm-light | rbfm-heavy | drbc | bedroil
+    variant                the method's overrides in short form ("" for the defaults,
+                           e.g. "eps=0.4"); method + variant name a line in a figure
+    eps                    the robustness radius used (empty for fbil)
+    seed                   inference seed (the demonstrations drawn and the optimiser's)
+    family, level          perturbation family ("none" for nominal) and its level
+                           (empty for nominal)
+    episodes, mean, std    evaluation episodes and their mean and std return
+    unstable               episodes ended early by a physics failure
+    inference_seconds      wall time of the task inference / baseline training
+    policy                 the task vector (.json) or policy stem, relative to the run dir
+    cell                   the evaluation cell's stable id
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from rbfm.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ResultRow:
+    domain: str
+    dataset: str
+    task: str
+    method: str
+    variant: str
+    eps: float | None
+    seed: int
+    family: str
+    level: float | None
+    episodes: int
+    mean: float
+    std: float
+    unstable: int
+    inference_seconds: float
+    policy: str
+    cell: str
+
+    @property
+    def label(self) -> str:
+        """The line a figure draws: the method, with its variant when it has one."""
+        return f"{self.method} ({self.variant})" if self.variant else self.method
+
+
+COLUMNS = tuple(f.name for f in fields(ResultRow))
+_FLOATS = {"eps", "level", "mean", "std", "inference_seconds"}
+_INTS = {"seed", "episodes", "unstable"}
+_OPTIONAL = {"eps", "level"}
+
+
+def write_table(path: str | os.PathLike[str], rows: list[ResultRow]) -> Path:
+    """Writes the rows atomically (a temporary file renamed over the target)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.part")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({k: "" if v is None else v for k, v in asdict(r).items()})
+    os.replace(tmp, path)
+    return path
+
+
+def _parse(name: str, value: str) -> object:
+    if name in _OPTIONAL and value == "":
+        return None
+    if name in _FLOATS:
+        x = float(value)
+        if math.isnan(x) and name != "mean":
+            raise ValueError(f"{name} is NaN")
+        return x
+    if name in _INTS:
+        return int(value)
+    return value
+
+
+def read_table(path: str | os.PathLike[str]) -> list[ResultRow]:
+    """The rows of a results table; errors name the file, the line and the column."""
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ConfigError(f"{path}: not an rbfm results table (missing columns {missing})")
+            rows = []
+            for line, rec in enumerate(reader, start=2):
+                try:
+                    rows.append(ResultRow(**{c: _parse(c, rec[c]) for c in COLUMNS}))  # type: ignore[arg-type]
+                except (TypeError, ValueError) as e:
+                    raise ConfigError(f"{path}, line {line}: {e}") from e
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the results table ({e})") from e
+    if not rows:
+        raise ConfigError(f"{path}: the results table has no rows")
+    return rows

@@ -1,0 +1,424 @@
+"""Figures and tables drawn from a synthetic experiment results table."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from matplotlib.colors import same_color
+from matplotlib.figure import Figure
+from scipy import stats
+
+from rbfm.errors import ConfigError
+from rbfm.experiments import figures
+from rbfm.experiments.figures import (
+    aggregate,
+    baselines_figure,
+    datasets_figure,
+    draw_all,
+    eps_figure,
+    format_seconds,
+    grid_figure,
+    iqm_scores,
+    iqm_summary,
+    plot_grid,
+    returns_table,
+    timing_table,
+)
+from rbfm.experiments.table import ResultRow, write_table
+
+LEVELS = {"body_mass": (0.0, 50.0, 100.0), "joint_friction": (0.0, 30.0)}
+TASKS = ("walk", "run")
+SEEDS = (0, 1, 2)
+# (method, variant, eps, base return, base inference seconds)
+LABELS = (
+    ("fbil", "", None, 500.0, 10.0),
+    ("rbfm-heavy", "eps=0.4", 0.4, 600.0, 30.0),
+    ("rbfm-heavy", "eps=0.8", 0.8, 650.0, 50.0),
+    ("drbc", "", None, 300.0, 2000.0),
+)
+
+
+def _row(
+    dataset: str,
+    task: str,
+    label: tuple[str, str, float | None, float, float],
+    seed: int,
+    family: str,
+    level: float | None,
+    noise: float,
+) -> ResultRow:
+    method, variant, eps, ret, secs = label
+    slope = {"body_mass": 2.0, "joint_friction": 5.0, "none": 0.0}[family]
+    return ResultRow(
+        domain="walker",
+        dataset=dataset,
+        task=task,
+        method=method,
+        variant=variant,
+        eps=eps,
+        seed=seed,
+        family=family,
+        level=level,
+        episodes=10,
+        mean=ret + (100.0 if task == "run" else 0.0) - slope * (level or 0.0) + noise,
+        std=5.0,
+        unstable=seed % 2,
+        inference_seconds=secs * (1 + seed) * (2 if task == "run" else 1),
+        policy=f"{task}-{method}-{seed}.json",
+        cell=f"{dataset}-{task}-{method}{variant}-{seed}-{family}-{level}",
+    )
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[ResultRow]:
+    """walker on "rnd" (every label, both families) and "rnd-100k" (fbil and eps=0.4, body
+    mass only), 2 tasks, 3 seeds, noisy per-seed returns."""
+    rng = np.random.default_rng(0)
+    out = []
+    for dataset, labels, fams in (
+        ("rnd", LABELS, ("body_mass", "joint_friction")),
+        ("rnd-100k", LABELS[:2], ("body_mass",)),
+    ):
+        for task in TASKS:
+            for label in labels:
+                for seed in SEEDS:
+                    for family in fams:
+                        for level in LEVELS[family]:
+                            noise = float(rng.normal(0, 20))
+                            out.append(_row(dataset, task, label, seed, family, level, noise))
+    return out
+
+
+def _ci(x: list[float]) -> float:
+    return float(stats.t.ppf(0.975, len(x) - 1) * np.std(x, ddof=1) / math.sqrt(len(x)))
+
+
+# --- aggregation ------------------------------------------------------------------------------
+
+
+def test_aggregate_means_and_cis_by_hand(rows: list[ResultRow]) -> None:
+    aggs = aggregate(rows)
+    # 2 tasks x (4 labels x 5 levels on rnd + 2 labels x 3 levels on rnd-100k)
+    assert len(aggs) == 2 * (4 * 5 + 2 * 3)
+    pick = [
+        r
+        for r in rows
+        if r.dataset == "rnd"
+        and r.task == "run"
+        and r.label == "rbfm-heavy (eps=0.8)"
+        and r.family == "body_mass"
+        and r.level == 50.0
+    ]
+    assert len(pick) == 3
+    (a,) = [
+        a
+        for a in aggs
+        if (a.dataset, a.task, a.label, a.family, a.level)
+        == ("rnd", "run", "rbfm-heavy (eps=0.8)", "body_mass", 50.0)
+    ]
+    xs = [r.mean for r in pick]
+    assert a.mean == pytest.approx(sum(xs) / 3)
+    assert a.ci95 == pytest.approx(_ci(xs))
+    assert a.ci95 > 0
+    assert (a.method, a.seeds, a.episodes, a.unstable) == ("rbfm-heavy", 3, 30, 1)
+    # Sorted: dataset, task, family, label in paper order, level.
+    first = [(a.label, a.level) for a in aggs[:6]]
+    assert first == [
+        ("fbil", 0.0),
+        ("fbil", 50.0),
+        ("fbil", 100.0),
+        ("rbfm-heavy (eps=0.4)", 0.0),
+        ("rbfm-heavy (eps=0.4)", 50.0),
+        ("rbfm-heavy (eps=0.4)", 100.0),
+    ]
+    assert aggs[0].task == "walk" and aggs[0].family == "body_mass"
+
+
+def test_aggregate_rejects_duplicate_seeds_and_empty(rows: list[ResultRow]) -> None:
+    with pytest.raises(ConfigError, match="more than once"):
+        aggregate([rows[0], rows[0]])
+    with pytest.raises(ConfigError, match="no result rows"):
+        aggregate([])
+
+
+# --- figures ----------------------------------------------------------------------------------
+
+
+def _lines(ax: object) -> list[str]:
+    return [ln.get_label() for ln in ax.lines if not ln.get_label().startswith("_")]  # type: ignore[attr-defined]
+
+
+def _xy(data: object) -> np.ndarray:
+    return np.asarray(data, dtype=np.float64)
+
+
+def test_grid_figure_panels_lines_and_styles(rows: list[ResultRow]) -> None:
+    fig = grid_figure(rows, "walker")  # dataset: the first found, "rnd"
+    assert len(fig.axes) == 4
+    assert [ax.get_title() for ax in fig.axes] == [
+        "walk / body_mass",
+        "walk / joint_friction",
+        "run / body_mass",
+        "run / joint_friction",
+    ]
+    assert "(rnd)" in fig.get_suptitle()
+    labels = ["fbil", "rbfm-heavy (eps=0.4)", "rbfm-heavy (eps=0.8)", "drbc"]
+    for ax in fig.axes:
+        assert _lines(ax) == labels
+        assert len(ax.collections) == 4  # a CI band per line
+    assert fig.axes[0].get_xlabel() == "body_mass (% increase)"
+    assert fig.axes[1].get_xlabel() == "joint_friction (Nm)"
+    # One shared legend, paper order.
+    assert len(fig.legends) == 1
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == labels
+    # The fbil line of (run, body_mass) is the aggregate, in the paper's style.
+    fbil = fig.axes[2].lines[0]
+    want = [
+        a.mean
+        for a in aggregate(rows)
+        if (a.dataset, a.task, a.label, a.family) == ("rnd", "run", "fbil", "body_mass")
+    ]
+    np.testing.assert_allclose(_xy(fbil.get_ydata()), want)
+    np.testing.assert_allclose(_xy(fbil.get_xdata()), LEVELS["body_mass"])
+    assert fbil.get_marker() == "^" and same_color(fbil.get_color(), "C0")
+    heavy4, heavy8, drbc = fig.axes[2].lines[1:4]
+    assert heavy4.get_marker() == heavy8.get_marker() == "o"
+    assert same_color(heavy4.get_color(), "C2") and same_color(heavy8.get_color(), "C2")
+    assert heavy4.get_linestyle() != heavy8.get_linestyle()
+    assert drbc.get_marker() == "D" and same_color(drbc.get_color(), "C3")
+
+
+def test_grid_other_dataset_and_nominal_only(rows: list[ResultRow]) -> None:
+    fig = grid_figure(rows, "walker", dataset="rnd-100k")
+    assert [ax.get_title() for ax in fig.axes] == ["walk / body_mass", "run / body_mass"]
+    assert _lines(fig.axes[0]) == ["fbil", "rbfm-heavy (eps=0.4)"]
+    nominal = [
+        _row("rnd", t, lab, s, "none", None, float(s))
+        for t in TASKS
+        for lab in LABELS
+        for s in SEEDS
+    ]
+    fig = grid_figure(nominal, "walker")
+    assert [ax.get_title() for ax in fig.axes] == ["walk / none", "run / none"]
+    for ax in fig.axes:
+        assert len(ax.containers) == 4  # a point with error bars per label
+        assert ax.get_xlabel() == "nominal"
+
+
+def test_families_that_grow_downwards_are_drawn_with_x_inverted() -> None:
+    from dataclasses import replace
+
+    base = _row("rnd", "run", LABELS[0], 0, "body_mass", 0.0, 0.0)
+    rows = [
+        replace(base, domain="cheetah", family=fam, level=lvl, seed=s)
+        for fam, levels in (("range_of_motion", (100.0, 60.0)), ("joint_friction", (0.0, 25.0)))
+        for lvl in levels
+        for s in SEEDS
+    ]
+    fig = grid_figure(rows, "cheetah")
+    assert [ax.get_xlabel() for ax in fig.axes] == [
+        "joint_friction (Nm)",
+        "range_of_motion (% retained)",
+    ]
+    assert [ax.xaxis_inverted() for ax in fig.axes] == [False, True]
+
+
+def test_plot_grid_writes_png_and_svg(rows: list[ResultRow], tmp_path: Path) -> None:
+    rows = [r for r in rows if r.task == "walk" and r.family == "body_mass"]  # 1 panel: quick
+    png = plot_grid(rows, "walker", tmp_path / "sub" / "grid.png")
+    assert png == tmp_path / "sub" / "grid.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    svg = png.with_suffix(".svg")
+    assert svg.read_text().lstrip().startswith("<?xml")
+    # Without a suffix, both are added; the PNG path comes back.
+    assert plot_grid(rows, "walker", tmp_path / "g2") == tmp_path / "g2.png"
+    assert (tmp_path / "g2.svg").exists()
+
+
+def test_baselines_datasets_and_eps_figures(rows: list[ResultRow]) -> None:
+    fig = baselines_figure(rows, "walker", "joint_friction")
+    assert [ax.get_title() for ax in fig.axes] == ["walk", "run"]
+    assert all("drbc" in _lines(ax) for ax in fig.axes)
+    np.testing.assert_allclose(_xy(fig.axes[0].lines[0].get_xdata()), LEVELS["joint_friction"])
+
+    fig = datasets_figure(rows, "walker", "walk", "body_mass")
+    assert [ax.get_title() for ax in fig.axes] == ["rnd", "rnd-100k"]
+    assert [len(_lines(ax)) for ax in fig.axes] == [4, 2]
+
+    fig = eps_figure(rows, "walker", "run", "body_mass")
+    (ax,) = fig.axes
+    legend = ax.get_legend()
+    assert legend is not None
+    assert [t.get_text() for t in legend.get_texts()] == ["eps=0.4", "eps=0.8"]
+    assert len(ax.lines) == 2 and len(ax.collections) == 2
+    with pytest.raises(ConfigError, match="no radius"):
+        eps_figure(rows, "walker", "run", "body_mass", method="fbil")
+
+
+def test_unknown_names_raise_config_errors(rows: list[ResultRow]) -> None:
+    with pytest.raises(ConfigError, match=r"domain 'cheetah'.*present: walker"):
+        grid_figure(rows, "cheetah")
+    with pytest.raises(ConfigError, match=r"dataset 'aps'.*rnd, rnd-100k"):
+        grid_figure(rows, "walker", dataset="aps")
+    with pytest.raises(ConfigError, match=r"family 'gravity'.*body_mass, joint_friction"):
+        baselines_figure(rows, "walker", "gravity")
+    with pytest.raises(ConfigError, match=r"task 'stand'.*walk, run"):
+        datasets_figure(rows, "walker", "stand", "body_mass")
+    with pytest.raises(ConfigError, match=r"method 'rbfm-light'"):
+        eps_figure(rows, "walker", "walk", "body_mass", method="rbfm-light")
+    with pytest.raises(ConfigError, match="no result rows"):
+        grid_figure([], "walker")
+
+
+# --- tables -----------------------------------------------------------------------------------
+
+
+def test_format_seconds() -> None:
+    assert format_seconds(12.34) == "12.3 s"
+    assert format_seconds(83) == "1m 23s"
+    assert format_seconds(5 * 3600 + 23 * 60 + 10) == "5h 23m"
+
+
+def test_timing_table_counts_each_seed_once(rows: list[ResultRow]) -> None:
+    # Seed 0 loses its joint_friction rows: a mean over rows would weight the seeds unevenly.
+    mine = [r for r in rows if r.dataset == "rnd" and not (r.seed == 0 and r.family != "body_mass")]
+    lines = timing_table(mine).splitlines()
+    assert lines[0] == "| task | fbil | rbfm-heavy (eps=0.4) | rbfm-heavy (eps=0.8) | drbc |"
+    # seconds = base x (1 + seed) x (2 on run): walk fbil = mean(10, 20, 30) = 20 s, ...
+    assert lines[2] == "| walker/walk | 20.0 s | 1m 0s | 1m 40s | 1h 7m |"
+    assert lines[3] == "| walker/run | 40.0 s | 2m 0s | 3m 20s | 2h 13m |"
+    assert lines[4] == "| mean | 30.0 s | 1m 30s | 2m 30s | 1h 40m |"
+    assert lines[5] == "| ratio to fbil | x1.0 | x3.0 | x5.0 | x200.0 |"
+    # Several datasets: each (task, dataset) is a row.
+    assert "| walker/walk (rnd-100k) | 20.0 s | 1m 0s | - | - |" in timing_table(rows)
+
+
+def test_returns_table(rows: list[ResultRow]) -> None:
+    text = returns_table(rows)
+    lines = text.splitlines()
+    assert lines[0].startswith("| domain | dataset | task | family | level | fbil |")
+    assert len(lines) == 2 + 2 * 5 + 2 * 3
+    (a,) = [
+        a
+        for a in aggregate(rows)
+        if (a.dataset, a.task, a.label, a.family, a.level)
+        == ("rnd", "walk", "drbc", "joint_friction", 30.0)
+    ]
+    row = next(ln for ln in lines if ln.startswith("| walker | rnd | walk | joint_friction | 30 |"))
+    assert row.endswith(f"| {a.mean:.1f} +- {a.ci95:.1f} |")
+    assert "| walker | rnd-100k | walk | body_mass | 0 |" in text
+    assert text.count(" - |") == 2 * 3 * 2  # rnd-100k lacks eps=0.8 and drbc
+
+
+# --- IQM --------------------------------------------------------------------------------------
+
+
+def test_iqm_scores_matrix_and_drops(rows: list[ResultRow]) -> None:
+    scores, notes = iqm_scores(rows)
+    # Tasks pool both datasets: rnd-100k has only fbil and eps=0.4.
+    assert list(scores) == ["fbil", "rbfm-heavy (eps=0.4)"]
+    assert scores["fbil"].shape == (3, 2 * 5 + 2 * 3)
+    assert any(n.startswith("drbc: dropped") for n in notes)
+    rnd = [r for r in rows if r.dataset == "rnd"]
+    scores, notes = iqm_scores(rnd, family="body_mass", level=50.0)
+    assert len(scores) == 4 and notes == []
+    assert scores["drbc"].shape == (3, 2)
+    want = sorted(
+        r.mean
+        for r in rnd
+        if (r.label, r.task, r.family, r.level) == ("drbc", "walk", "body_mass", 50.0)
+    )
+    np.testing.assert_allclose(sorted(scores["drbc"][:, 1]), want)  # tasks sorted: run, walk
+    uneven = [r for r in rnd if not (r.label == "drbc" and r.seed == 2 and r.task == "walk")]
+    scores, notes = iqm_scores(uneven)
+    assert "drbc" not in scores and any("uneven seeds" in n for n in notes)
+
+
+def test_iqm_summary_point_estimate_is_trimmed_mean(rows: list[ResultRow]) -> None:
+    rnd = [r for r in rows if r.dataset == "rnd"]
+    text = iqm_summary(rnd, family="joint_friction", reps=100)
+    scores, _ = iqm_scores(rnd, family="joint_friction")
+    assert "4 tasks" in text
+    for label, s in scores.items():
+        point = stats.trim_mean(s.ravel(), 0.25)
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"| {label} |"))
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[1] == f"{point:.1f}"
+        low, high = (float(x) for x in cells[2].strip("[]").split(","))
+        assert low <= point <= high
+        assert cells[3:] == ["3", "4"]
+    # Deterministic, and the global RNG is left as it was.
+    np.random.seed(123)
+    assert iqm_summary(rnd, family="joint_friction", reps=100) == text
+    after = np.random.random()
+    np.random.seed(123)
+    assert after == np.random.random()
+    assert "drbc: dropped" in iqm_summary(rows, reps=50)
+
+
+def test_iqm_intervals_match_rliable_called_directly(rows: list[ResultRow]) -> None:
+    from rliable import library as rly
+    from rliable import metrics
+
+    rnd = [r for r in rows if r.dataset == "rnd"]
+    result = figures.iqm_estimates(rnd, family="body_mass", reps=100, seed=3)
+    scores, _ = iqm_scores(rnd, family="body_mass")
+    np.random.seed(3)
+    points, intervals = rly.get_interval_estimates(
+        scores, lambda x: np.array([metrics.aggregate_iqm(x)]), reps=100
+    )
+    assert [e.label for e in result.estimates] == list(scores)
+    for e in result.estimates:
+        assert e.iqm == pytest.approx(points[e.label][0])
+        assert (e.low, e.high) == pytest.approx(tuple(intervals[e.label][:, 0]))
+        assert e.low < e.iqm < e.high
+
+
+# --- everything -------------------------------------------------------------------------------
+
+
+def test_draw_all_files(
+    rows: list[ResultRow], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn: dict[str, Figure] = {}
+
+    def save(fig: Figure, out: Path) -> Path:  # rendering is slow; plot_grid's test does it
+        png, svg = figures._outputs(out)
+        png.write_bytes(b"")
+        svg.write_bytes(b"")
+        drawn[png.stem] = fig
+        return png
+
+    monkeypatch.setattr(figures, "save_figure", save)
+    table = write_table(tmp_path / "results.csv", rows)
+    written = draw_all(table, tmp_path / "figs", iqm_reps=100)
+    names = [p.name for p in written]
+    stems = sorted({p.stem for p in written if p.suffix == ".png"})
+    assert stems == sorted(
+        [
+            "grid-walker-rnd",
+            "grid-walker-rnd-100k",
+            "baselines-walker-body_mass",
+            "baselines-walker-joint_friction",
+            "datasets-walker-walk-body_mass",
+            "datasets-walker-run-body_mass",
+            "eps-walker-walk-body_mass",
+            "eps-walker-walk-joint_friction",
+            "eps-walker-run-body_mass",
+            "eps-walker-run-joint_friction",
+            "iqm",
+        ]
+    )
+    assert names.count("tables.md") == 1
+    assert len(written) == 2 * len(stems) + 1
+    assert all(p.exists() and p.parent == tmp_path / "figs" for p in written)
+    assert [ax.get_title() for ax in drawn["datasets-walker-run-body_mass"].axes] == [
+        "rnd",
+        "rnd-100k",
+    ]
+    assert len(drawn["grid-walker-rnd-100k"].axes) == 2
+    md = (tmp_path / "figs" / "tables.md").read_text()
+    assert "ratio to fbil" in md and "+-" in md and "IQM" in md

@@ -1,0 +1,265 @@
+"""The experiment runner: plans, stable ids, resumption, executors, validation."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from rbfm.errors import ConfigError
+from rbfm.experiments import LocalExecutor, from_dict, plan, read_table, run_experiment
+from rbfm.experiments.certificate import heavy_certificates, tv_certificates
+from rbfm.fb import fb_config
+from rbfm.fb.checkpoint import save_checkpoint
+from rbfm.fb.model import FBModel
+from rbfm.fb.networks import project
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A tiny cheetah FB model with a reward-inferred-like z for walk and run."""
+    torch.manual_seed(0)
+    model = FBModel(17, 6, fb_config("tiny")).eval()
+    task_z = {
+        t: project(torch.randn(model.cfg.z_dim), model.radius).tolist() for t in ("walk", "run")
+    }
+    stem = tmp_path_factory.mktemp("model") / "tiny"
+    save_checkpoint(stem, model, {"domain": "cheetah", "task_z": task_z})
+    return str(stem)
+
+
+def smoke_dict(checkpoint: str, **changes: Any) -> dict[str, Any]:
+    """Issue 10's smoke spec: tiny model, 2 tasks, 2 levels, 2 methods, 2 seeds."""
+    spec: dict[str, Any] = {
+        "name": "test",
+        "seeds": [0, 1],
+        "demos": 3,
+        "num_demos": 2,
+        "episodes": 2,
+        "certificate_steps": 5,
+        "models": [
+            {
+                "domain": "cheetah",
+                "checkpoint": checkpoint,
+                "tasks": ["walk", "run"],
+                "families": ["joint_friction"],
+                "levels": 2,
+            }
+        ],
+        "methods": [
+            {"name": "fbil", "overrides": {"steps": 10}},
+            {"name": "rbfm-heavy", "overrides": {"steps": 10}},
+        ],
+    }
+    spec.update(changes)
+    return spec
+
+
+def test_plan_has_stable_ids_and_the_full_grid(checkpoint: str) -> None:
+    p = plan(from_dict(smoke_dict(checkpoint)))
+    assert (len(p.demos), len(p.infers), len(p.evals)) == (2, 8, 16)
+    assert {e.level for e in p.evals} == {0.0, 25.0}
+    again = plan(from_dict(smoke_dict(checkpoint)))
+    assert [c.id for c in again.evals] == [c.id for c in p.evals]
+    # A changed setting changes the ids of the cells it affects, and only those.
+    more = plan(from_dict(smoke_dict(checkpoint, episodes=3)))
+    assert {c.id for c in more.infers} == {c.id for c in p.infers}
+    assert not {c.id for c in more.evals} & {c.id for c in p.evals}
+
+
+def _table(path: Path) -> list[tuple[Any, ...]]:
+    return [
+        (r.task, r.method, r.seed, r.family, r.level, r.mean, r.std, r.unstable, r.cell)
+        for r in read_table(path)
+    ]
+
+
+def test_local_and_ray_give_the_same_table(checkpoint: str, tmp_path: Path) -> None:
+    from rbfm.experiments import RayExecutor
+
+    spec = from_dict(smoke_dict(checkpoint))
+    local = run_experiment(spec, tmp_path / "local", LocalExecutor(0), progress=False)
+    pytest.importorskip("ray")
+    import ray
+
+    try:
+        remote = run_experiment(spec, tmp_path / "ray", RayExecutor("local", 2), progress=False)
+    finally:
+        ray.shutdown()
+    assert remote.computed == local.computed == {"demos": 2, "infer": 8, "eval": 16}
+    rows = _table(local.results)
+    assert len(rows) == 16 and rows == _table(remote.results)  # bitwise: floats compared exactly
+    certs_local = (tmp_path / "local" / "certificates.csv").read_text()
+    assert certs_local == (tmp_path / "ray" / "certificates.csv").read_text()
+    # Every inference has its certificate: TV and Heavy sets at five radii (0.8 among them).
+    assert len(certs_local.splitlines()) == 1 + 8 * 2 * 5
+
+
+def test_rerun_skips_finished_cells(checkpoint: str, tmp_path: Path) -> None:
+    spec = from_dict(smoke_dict(checkpoint))
+    run_experiment(spec, tmp_path, LocalExecutor(0), progress=False)
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "cells").rglob("*.json")}
+    again = run_experiment(spec, tmp_path, LocalExecutor(0), progress=False)
+    assert again.computed == {"demos": 0, "infer": 0, "eval": 0} and again.skipped == 26
+    assert stamps == {p: p.stat().st_mtime_ns for p in (tmp_path / "cells").rglob("*.json")}
+
+
+def test_a_killed_run_resumes_to_the_uninterrupted_table(checkpoint: str, tmp_path: Path) -> None:
+    spec_file = tmp_path / "spec.toml"
+    data = smoke_dict(checkpoint, episodes=4)
+    spec_file.write_text(_toml(data))
+    # The uninterrupted run evaluates every cell in one lockstep batch; the killed one in
+    # jobs of one cell (4 episodes), so the kill lands between stored cells. The tables
+    # must still agree bitwise: a cell's returns do not depend on what shares its batch.
+    whole = run_experiment(from_dict(data), tmp_path / "whole", LocalExecutor(0), progress=False)
+
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "rbfm.cli", "experiment", str(spec_file), "--out", str(out)]
+    cmd += ["--workers", "0", "--quiet", "--eval-batch", "4"]
+    proc = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    evals = out / "cells" / "eval"
+    deadline = time.monotonic() + 300
+    while not (evals.is_dir() and len(list(evals.glob("*.json"))) >= 3):
+        assert proc.poll() is None, "the run ended before it could be killed"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finished = {p.name: p.stat().st_mtime_ns for p in evals.glob("*.json")}
+    assert 3 <= len(finished) < 16
+    assert not list(out.rglob(".*.part")) or all(
+        p.suffix == ".part" for p in out.rglob(".*.part")
+    )  # leftovers are only temporaries, never read
+
+    resumed = run_experiment(from_dict(data), out, LocalExecutor(0), False, eval_batch=4)
+    assert resumed.computed["eval"] == 16 - len(finished)  # nothing finished is repeated
+    assert {p.name: p.stat().st_mtime_ns for p in evals.glob("*.json") if p.name in finished} == (
+        finished
+    )
+    assert _table(resumed.results) == _table(whole.results)
+
+
+def _toml(data: dict[str, Any]) -> str:
+    """Minimal TOML writer for the test specs (scalars, lists, tables of scalars)."""
+
+    def value(v: Any) -> str:
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
+        return json.dumps(v)
+
+    lines = [f"{k} = {value(v)}" for k, v in data.items() if k not in ("models", "methods")]
+    for key in ("models", "methods"):
+        for entry in data[key]:
+            lines.append(f"[[{key}]]")
+            lines += [f"{k} = {value(v)}" for k, v in entry.items()]
+    return "\n".join(lines) + "\n"
+
+
+def test_toml_spec_round_trip(checkpoint: str, tmp_path: Path) -> None:
+    from rbfm.experiments import load_spec
+
+    path = tmp_path / "s.toml"
+    path.write_text(_toml(smoke_dict(checkpoint)))
+    assert load_spec(str(path)) == from_dict(smoke_dict(checkpoint))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"seeds": [0, 0]}, "seeds: give distinct"),
+        ({"num_demos": 9}, r"num_demos: .* \(valid: 1..3\)"),
+        ({"episodes": 0}, r"episodes: 0 is out of range"),
+        ({"colour": 1}, "unknown field 'colour'"),
+        ({"methods": [{"name": "gail"}]}, r"methods\[0\].name: unknown method 'gail'"),
+        ({"methods": [{"name": "fbil", "eps": 0.5}]}, r"methods\[0\].eps: fbil has no"),
+        (
+            {"methods": [{"name": "rbfm-light", "eps": 1.5}]},
+            r"methods\[0\]: LightConfig.eps: 1.5 is out of range \(valid: a number in \[0, 1\]\)",
+        ),
+        (
+            {"methods": [{"name": "rbfm-heavy", "overrides": {"gamma": 1.0}}]},
+            r"HeavyConfig.gamma: 1.0 is out of range",
+        ),
+        (
+            {"methods": [{"name": "fbil", "overrides": {"momentum": 0.9}}]},
+            r"methods\[0\].overrides: .*momentum",
+        ),
+        (
+            {"methods": [{"name": "drbc", "preset": "huge"}]},
+            r"methods\[0\]: unknown DRBC preset 'huge'",
+        ),
+        ({"methods": [{"name": "fbil", "tasks": ["flip"]}]}, r"methods\[0\].tasks: 'flip'"),
+    ],
+)
+def test_invalid_specs_fail_naming_the_field(
+    checkpoint: str, tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        run_experiment(from_dict(smoke_dict(checkpoint, **change)), tmp_path, LocalExecutor(0))
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize(
+    ("model_change", "message"),
+    [
+        ({"domain": "hopper"}, r"models\[0\].domain: unknown domain 'hopper'"),
+        ({"domain": "walker"}, r"models\[0\].checkpoint: .* is a cheetah model, not walker"),
+        ({"tasks": ["walk", "flip"]}, r"models\[0\].tasks: unknown task 'flip'"),
+        ({"tasks": ["run_backward"]}, r"stores no reward-inferred z for run_backward"),
+        ({"families": ["gravity"]}, r"models\[0\].families: unknown family 'gravity'"),
+        ({"levels": 9}, r"models\[0\].levels: 9 is out of range \(valid: 1..6"),
+        (
+            {"levels": {"joint_friction": [0.0, 40.0]}},
+            r"levels.joint_friction: 40.0 is outside the family's range \[0, 25\]",
+        ),
+        ({"checkpoint": "/nonexistent/model"}, r"models\[0\].checkpoint: .*no such checkpoint"),
+    ],
+)
+def test_invalid_models_fail_naming_the_field(
+    checkpoint: str, tmp_path: Path, model_change: dict[str, Any], message: str
+) -> None:
+    data = smoke_dict(checkpoint)
+    data["models"][0].update(model_change)
+    with pytest.raises(ConfigError, match=message):
+        run_experiment(from_dict(data), tmp_path, LocalExecutor(0))
+    assert not any(tmp_path.iterdir())
+
+
+def test_tv_certificate_is_the_exact_worst_case() -> None:
+    from scipy.optimize import linprog
+
+    losses = torch.tensor([0.5, 2.0, 1.0, 4.0, 0.1], dtype=torch.float64)
+    (cert,) = tv_certificates(losses, (0.3,))
+    # max_q q.l  s.t. q in the simplex, sum |q - p| / 2 <= 0.3, as an LP over (q, t = |q - p|).
+    n, p = len(losses), np.full(len(losses), 0.2)
+    c = np.concatenate([-losses.numpy(), np.zeros(n)])
+    a_ub = np.block([[np.eye(n), -np.eye(n)], [-np.eye(n), -np.eye(n)], [np.zeros(n), np.ones(n)]])
+    b_ub = np.concatenate([p, -p, [0.6]])
+    lp = linprog(c, a_ub, b_ub, np.concatenate([np.ones(n), np.zeros(n)])[None], [1.0])
+    assert cert.nominal == pytest.approx(float(losses.mean()))
+    assert cert.worst_case == pytest.approx(-lp.fun, abs=1e-9)
+
+
+def test_heavy_certificate_is_the_dual_minimised() -> None:
+    torch.manual_seed(0)
+    losses = torch.rand(400)
+    # A closed trajectory: each next pair is the following current pair, so the states'
+    # and next states' distributions are the same, as along demonstrations.
+    feat = torch.randn(400, 8)
+    nxt = feat.roll(-1, 0)
+    (start,) = heavy_certificates(losses, feat, nxt, (0.5,), steps=1)
+    (fitted,) = heavy_certificates(losses, feat, nxt, (0.5,), steps=300)
+    # Fitting (Q, tau) lowers the dual, but never below the nominal loss: with w = 1 the
+    # inner supremum is at least c, and the Q terms of E[c] cancel on such a chain.
+    assert fitted.nominal == pytest.approx(float(losses.mean()))
+    assert fitted.worst_case < start.worst_case
+    assert fitted.worst_case >= fitted.nominal - 1e-5

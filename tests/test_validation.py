@@ -1,0 +1,195 @@
+"""Inputs that task inference, baseline training and evaluation cannot use are refused
+before any compute, by the command line with a message (exit 2, no traceback) and
+without writing an output file."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from rbfm.cli import main
+from rbfm.errors import ConfigError, DatasetError
+from rbfm.fb import fb_config
+from rbfm.fb.checkpoint import save_checkpoint
+from rbfm.fb.model import FBModel
+from rbfm.fb.networks import project
+from rbfm.inference import Demos, load_demos, save_demos
+
+
+def _demos(episodes: int = 3, steps: int = 20) -> Demos:
+    rng = np.random.default_rng(0)
+    rows = episodes * (steps + 1)
+    return Demos(
+        "cheetah",
+        "run",
+        rng.standard_normal((rows, 17)).astype(np.float32),
+        rng.uniform(-1, 1, (episodes * steps, 6)).astype(np.float32),
+        rng.standard_normal((rows, 18)),
+        rng.uniform(0, 1, episodes * steps),
+        np.full(episodes, steps),
+        np.zeros(episodes),
+        {},
+    )
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("files")
+    torch.manual_seed(0)
+    model = FBModel(17, 6, fb_config("tiny")).eval()
+    save_checkpoint(root / "model", model, {"domain": "cheetah"})
+    other = FBModel(17, 6, fb_config("tiny")).eval()  # another model of the same shape
+    save_checkpoint(root / "other", other, {"domain": "cheetah"})
+    save_demos(root / "demos.npz", _demos(episodes=5))
+    z = project(torch.randn(model.cfg.z_dim), model.radius).tolist()
+    (root / "z.json").write_text(json.dumps({"z": z, "method": "fbil", "domain": "cheetah"}))
+    return {
+        "root": root,
+        "model": root / "model",
+        "other": root / "other",
+        "demos": root / "demos.npz",
+        "z": root / "z.json",
+    }
+
+
+def _fails(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"action": "nan"}, "action holds NaN or infinite values"),
+        ({"observation": "inf"}, "observation holds NaN or infinite values"),
+        ({"action": "big"}, "actions must lie in [-1, 1]"),
+        ({"reward": "short"}, "reward has shape"),
+    ],
+)
+def test_bad_demonstration_files(tmp_path: Path, change: dict[str, str], message: str) -> None:
+    d = _demos()
+    ((key, kind),) = change.items()
+    arr = getattr(d, key).copy()
+    if kind == "nan":
+        arr[3, 0] = np.nan
+    elif kind == "inf":
+        arr[5, 1] = np.inf
+    elif kind == "big":
+        arr[2, 2] = 1.5
+    else:
+        arr = arr[:-1]
+    path = save_demos(tmp_path / "bad.npz", dataclasses.replace(d, **{key: arr}))
+    with pytest.raises(DatasetError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_demos(path)
+
+
+def test_infer_refuses_before_writing(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "z.json"
+    base = ["infer", "--checkpoint", str(files["model"]), "--demos", str(files["demos"])]
+    cases = [
+        (["--method", "fbil", "--num-demos", "6"], "cannot draw 6 demonstrations from the 5"),
+        (["--method", "rbfm-light", "--eps", "1.5"], "LightConfig.eps: 1.5 is out of range"),
+        (["--method", "rbfm-heavy", "--eps", "-0.1"], "HeavyConfig.eps: -0.1 is out of range"),
+        (["--method", "fbil", "--steps", "0"], "FBILConfig.steps: 0 is out of range"),
+        (["--method", "drbc", "--steps", "0"], "DRBCConfig.steps: 0 is out of range"),
+        (["--method", "bedroil", "--eps", "500"], "BEDROILConfig.eps: 500.0 is out of range"),
+        (["--method", "fbil", "--eps", "0.5"], "--eps applies to rbfm-light and rbfm-heavy"),
+    ]
+    for extra, message in cases:
+        _fails([*base, *extra, "--out", str(out)], message, capsys)
+        assert not out.exists() and not list(tmp_path.iterdir())
+    _fails([*base, "--method", "fbil", "--out", str(tmp_path / "no" / "z.json")], "--out", capsys)
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    walker = other / "walker.npz"
+    save_demos(walker, dataclasses.replace(_demos(), domain="walker"))
+    _fails(
+        [
+            "infer",
+            "--checkpoint",
+            str(files["model"]),
+            "--demos",
+            str(walker),
+            "--method",
+            "fbil",
+            "--out",
+            str(out),
+        ],
+        "observation has shape (63, 17), expected (63, 24) for 3 walker episodes",
+        capsys,
+    )
+    assert not out.exists()
+
+
+def test_evaluate_refuses_foreign_task_vectors_and_policies(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "table.csv"
+    root = files["root"]
+    z = json.loads(files["z"].read_text())
+    model_sha = json.loads((root / "model.json").read_text())["sha256"]
+    (root / "z_other.json").write_text(
+        json.dumps({**z, "model_sha256": json.loads((root / "other.json").read_text())["sha256"]})
+    )
+    (root / "z_short.json").write_text(json.dumps({**z, "z": z["z"][:3]}))
+    (root / "z_nan.json").write_text(json.dumps({**z, "z": [float("nan")] * len(z["z"])}))
+    (root / "z_walker.json").write_text(json.dumps({**z, "domain": "walker"}))
+    (root / "z_same.json").write_text(json.dumps({**z, "model_sha256": model_sha}))
+    base = ["evaluate", "--checkpoint", str(files["model"]), "--task", "run", "--out", str(out)]
+    cases = [
+        ("z_other.json", [], "inferred with another model"),
+        ("z_short.json", [], "a 3-dim task vector, but the model's z has"),
+        ("z_nan.json", [], "must be a finite 1-d list"),
+        ("z_walker.json", [], "a walker task vector, but the model is a cheetah model"),
+        ("z_same.json", ["--task", "flip"], "--task: unknown cheetah task 'flip'"),
+        ("z_same.json", ["--perturbation", "gravity"], "gravity"),
+        (
+            "z_same.json",
+            ["--perturbation", "joint_friction", "--levels", "0", "40"],
+            "--levels: 40.0 is outside joint_friction's range [0, 25]",
+        ),
+        ("z_same.json", ["--episodes", "0"], "--episodes: 0 is out of range"),
+    ]
+    for name, extra, message in cases:
+        _fails([*base, "--z", str(root / name), *extra], message, capsys)
+        assert not out.exists()
+    from rbfm.baselines import drbc, save_policy
+
+    net = drbc.DeterministicPolicy(24, 6, (8,))
+    stem = save_policy(
+        tmp_path / "p",
+        net,
+        {
+            "method": "drbc",
+            "domain": "cheetah",
+            "obs_dim": 24,
+            "action_dim": 6,
+            "config": {"hidden": [8]},
+        },
+    )
+    _fails(
+        ["evaluate", "--z", f"{stem}.json", "--task", "run", "--out", str(out)],
+        "a policy for 24/6-dim observations/actions, but cheetah's are 17/6",
+        capsys,
+    )
+    assert not out.exists()
+
+
+def test_baseline_config_ranges() -> None:
+    from rbfm.baselines import baseline_config
+
+    with pytest.raises(ConfigError, match=r"DRBCConfig.lr_decay: 0 is out of range"):
+        baseline_config("drbc", "cpu", "cheetah", {"lr_decay": 0})
+    with pytest.raises(ConfigError, match=r"BEDROILConfig.hidden: 0 is out of range"):
+        baseline_config("bedroil", "cpu", "cheetah", {"hidden": (256, 0)})
+    with pytest.raises(ConfigError, match="unknown divergence 'tv2'"):
+        baseline_config("bedroil", "cpu", "cheetah", {"divergence": "tv2"})
