@@ -90,3 +90,34 @@ def test_export_keeps_weights_and_description(saved: Path, tmp_path: Path) -> No
     assert exported["step"] == meta["step"] == 7 and exported["task_z"] == {"run": [1.0]}
     for k, v in copy.state_dict().items():
         torch.testing.assert_close(v, original.state_dict()[k], rtol=0, atol=0)
+
+
+def test_exported_models_carry_no_machine_paths_and_ask_for_their_data(tmp_path: Path) -> None:
+    from rbfm.fb.checkpoint import export_checkpoint, training_data
+
+    buffer = tmp_path / "cheetah-rnd-1k" / "cheetah" / "rnd" / "buffer"
+    buffer.mkdir(parents=True)
+    data = {"path": str(buffer), "algo": "rnd", "transitions": 999}
+    model = FBModel(17, 6, fb_config("tiny"))
+    (tmp_path / "run").mkdir()
+    save_checkpoint(tmp_path / "run" / "best", model, {"domain": "cheetah", "dataset": data})
+    _, meta = load_checkpoint(tmp_path / "run")
+    assert training_data(meta, None, "run") == str(buffer)  # the run's data, still here
+    assert training_data(meta, "elsewhere", "run") == "elsewhere"
+
+    stem = export_checkpoint(tmp_path / "run", tmp_path / "ship" / "cheetah_x", {})
+    text = (stem.with_suffix(".json")).read_text()
+    assert str(tmp_path) not in text
+    _, shipped = load_checkpoint(stem)
+    assert shipped["dataset"] == {"name": "cheetah-rnd-1k", "algo": "rnd", "transitions": 999}
+    with pytest.raises(CheckpointError, match=r"rnd data 'cheetah-rnd-1k'.*pass --dataset DIR"):
+        training_data(shipped, None, "cheetah_x")
+
+
+def test_the_shipped_model_names_no_path() -> None:
+    from rbfm.fb.checkpoint import ASSETS
+
+    for description in ASSETS.glob("*.json"):
+        meta = json.loads(description.read_text())
+        assert "path" not in meta.get("dataset", {}), description.name
+        assert not Path(meta.get("exported_from", "")).is_absolute(), description.name

@@ -50,3 +50,18 @@ def test_collect_prints_a_summary_with_every_task(
 def test_errors_exit_2_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["info", str(tmp_path / "missing")]) == 2
     assert "no such directory" in capsys.readouterr().err
+
+
+def test_pretrain_set_rejects_unknown_fields_before_any_work(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    for item, message in [
+        ("z_dims=3", "unknown FB config field 'z_dims'"),
+        ("target_pessimism=1.5", "target_pessimism: 1.5 is out of range (valid: 0..1)"),
+        ("batch_size", "--set: expected KEY=VALUE, got 'batch_size'"),
+    ]:
+        args = ["pretrain", "--dataset", str(tmp_path), "--out", str(out), "--set", item]
+        assert main(args) == 2
+        assert message in capsys.readouterr().err
+    assert not out.exists()

@@ -341,7 +341,7 @@ def test_iqm_summary_point_estimate_is_trimmed_mean(rows: list[ResultRow]) -> No
     rnd = [r for r in rows if r.dataset == "rnd"]
     text = iqm_summary(rnd, family="joint_friction", reps=100)
     scores, _ = iqm_scores(rnd, family="joint_friction")
-    assert "4 tasks" in text
+    assert "4 (task, family, level) combinations" in text
     for label, s in scores.items():
         point = stats.trim_mean(s.ravel(), 0.25)
         line = next(ln for ln in text.splitlines() if ln.startswith(f"| {label} |"))
@@ -422,3 +422,26 @@ def test_draw_all_files(
     assert len(drawn["grid-walker-rnd-100k"].axes) == 2
     md = (tmp_path / "figs" / "tables.md").read_text()
     assert "ratio to fbil" in md and "+-" in md and "IQM" in md
+
+
+def test_run_figures_replace_an_earlier_drawing(
+    rows: list[ResultRow], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spec drawn into another's run directory keeps none of the other's figures."""
+
+    def save(fig: Figure, out: Path) -> Path:
+        png, svg = figures._outputs(out)
+        png.write_bytes(b"")
+        svg.write_bytes(b"")
+        return png
+
+    monkeypatch.setattr(figures, "save_figure", save)
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "grid-cheetah-rnd.png").write_bytes(b"stale")
+    walker = [r for r in rows if r.dataset == "rnd" and r.method == "fbil"]
+    written = figures.draw_run_figures(tmp_path, write_table(tmp_path / "r.csv", walker))
+    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == sorted(
+        p.name for p in written
+    )
+    assert "grid-walker-rnd.png" in {p.name for p in written}
+    assert not (tmp_path / ".figures.part").exists()

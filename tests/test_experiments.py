@@ -19,7 +19,7 @@ from rbfm.errors import ConfigError
 from rbfm.experiments import LocalExecutor, from_dict, plan, read_table, run_experiment
 from rbfm.experiments.certificate import heavy_certificates, tv_certificates
 from rbfm.fb import fb_config
-from rbfm.fb.checkpoint import save_checkpoint
+from rbfm.fb.checkpoint import read_meta, save_checkpoint
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
 
@@ -74,6 +74,23 @@ def test_plan_has_stable_ids_and_the_full_grid(checkpoint: str) -> None:
     more = plan(from_dict(smoke_dict(checkpoint, episodes=3)))
     assert {c.id for c in more.infers} == {c.id for c in p.infers}
     assert not {c.id for c in more.evals} & {c.id for c in p.evals}
+
+
+def test_a_method_restricted_to_a_dataset_runs_on_its_models_only(
+    checkpoint: str, tmp_path: Path
+) -> None:
+    torch.manual_seed(1)
+    other = FBModel(17, 6, fb_config("tiny")).eval()
+    meta = {"domain": "cheetah", "task_z": read_meta(Path(checkpoint))["task_z"]}
+    save_checkpoint(tmp_path / "aps", other, meta)
+    data = smoke_dict(checkpoint)
+    data["models"].append(
+        {**data["models"][0], "dataset": "aps", "checkpoint": str(tmp_path / "aps")}
+    )
+    data["methods"][1]["datasets"] = ["aps"]
+    p = plan(from_dict(data))
+    methods = {(c.demos.model.dataset, c.variant.method) for c in p.infers}
+    assert methods == {("rnd", "fbil"), ("aps", "fbil"), ("aps", "rbfm-heavy")}
 
 
 def _table(path: Path) -> list[tuple[Any, ...]]:
@@ -198,6 +215,10 @@ def test_toml_spec_round_trip(checkpoint: str, tmp_path: Path) -> None:
             r"methods\[0\]: unknown DRBC preset 'huge'",
         ),
         ({"methods": [{"name": "fbil", "tasks": ["flip"]}]}, r"methods\[0\].tasks: 'flip'"),
+        (
+            {"methods": [{"name": "fbil", "datasets": ["aps"]}]},
+            r"methods\[0\].datasets: 'aps' is not the dataset of any model",
+        ),
     ],
 )
 def test_invalid_specs_fail_naming_the_field(
@@ -234,6 +255,16 @@ def test_invalid_models_fail_naming_the_field(
     assert not any(tmp_path.iterdir())
 
 
+def test_one_model_under_two_labels_is_refused(checkpoint: str, tmp_path: Path) -> None:
+    data = smoke_dict(checkpoint)
+    data["models"].append({**data["models"][0], "dataset": "aps"})
+    with pytest.raises(
+        ConfigError, match=r"models\[1\].checkpoint: the same weights as models\[0\]"
+    ):
+        run_experiment(from_dict(data), tmp_path, LocalExecutor(0))
+    assert not any(tmp_path.iterdir())
+
+
 def test_tv_certificate_is_the_exact_worst_case() -> None:
     from scipy.optimize import linprog
 
@@ -263,3 +294,25 @@ def test_heavy_certificate_is_the_dual_minimised() -> None:
     assert fitted.nominal == pytest.approx(float(losses.mean()))
     assert fitted.worst_case < start.worst_case
     assert fitted.worst_case >= fitted.nominal - 1e-5
+
+
+def test_evaluation_outputs_follow_the_job_order_whatever_the_policy_kinds(
+    checkpoint: str,
+) -> None:
+    """A job mixing baseline policies and task vectors returns its outputs in entry order
+    (the engine runs the task vectors first), each equal to the entry evaluated alone."""
+    from rbfm.baselines.drbc import DeterministicPolicy
+    from rbfm.experiments.jobs import EvalEntry, EvalJob, run_eval
+
+    torch.manual_seed(0)
+    state = {k: v.numpy() for k, v in DeterministicPolicy(17, 6, (8,)).state_dict().items()}
+    meta = {"obs_dim": 17, "action_dim": 6, "config": {"hidden": [8]}}
+    z = read_meta(Path(checkpoint))["task_z"]["walk"]
+    base = EvalEntry("b", "cheetah", "walk", None, None, 1, 0, None, ("drbc", meta, state))
+    fb = EvalEntry("f", "cheetah", "walk", None, None, 1, 0, z, None)
+    together = run_eval(EvalJob(checkpoint, [base, fb]))
+    assert [o.cell for o in together] == ["b", "f"]
+    alone = [run_eval(EvalJob(checkpoint, [e]))[0] for e in (base, fb)]
+    for a, b in zip(together, alone, strict=True):
+        np.testing.assert_array_equal(a.returns, b.returns)
+    assert together[0].returns[0] != together[1].returns[0]

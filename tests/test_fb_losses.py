@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from rbfm.fb import actor_loss, fb_loss, orthonormality_loss, reward_z
+from rbfm.fb.losses import pessimistic
 
 
 def test_fb_loss_matches_a_loop() -> None:
@@ -143,3 +144,60 @@ def test_bf16_update_keeps_the_fb_matrices_in_fp32(monkeypatch: pytest.MonkeyPat
     out = trainer.update(batch)
     assert seen == [torch.float32, torch.float32]
     assert all(torch.isfinite(v) for v in out.values())
+
+
+def test_pessimism_is_the_min_at_one_half_and_the_mean_at_zero() -> None:
+    g = torch.Generator().manual_seed(4)
+    X = torch.randn(2, 5, 6, generator=g, dtype=torch.float64)
+    assert torch.equal(pessimistic(X, 0.5), X.min(0).values)
+    torch.testing.assert_close(pessimistic(X, 0.0), X.mean(0))
+    # Between the two: mean - p |X_1 - X_2| equals the min at p = 0.5 up to rounding.
+    torch.testing.assert_close(X.mean(0) - 0.5 * (X[0] - X[1]).abs(), X.min(0).values)
+    torch.testing.assert_close(pessimistic(X, 0.25), (X.mean(0) + X.min(0).values) / 2)
+    F_pi, z = torch.randn(2, 7, 4, generator=g), torch.randn(7, 4, generator=g)
+    q = (F_pi * z).sum(-1)
+    assert float(actor_loss(F_pi, z, 0.0)) == pytest.approx(-float(q.mean()), rel=1e-6)
+
+
+def test_noisy_actions_clamp_values_but_pass_gradients_straight_through() -> None:
+    from rbfm.fb.model import noisy
+
+    mu = torch.tensor([0.99, -0.99, 0.0, 0.5]).repeat(50, 1).requires_grad_()
+    g = torch.Generator().manual_seed(0)
+    a = noisy(mu, 0.2, 0.3, g)
+    g = torch.Generator().manual_seed(0)
+    noise = (torch.randn(mu.shape, generator=g) * 0.2).clamp(-0.3, 0.3)
+    assert torch.equal(a, (mu + noise).clamp(-1, 1))  # values as a plain clamp
+    assert bool((a.abs() == 1).any())  # some samples were clamped...
+    a.sum().backward()
+    assert mu.grad is not None and torch.equal(mu.grad, torch.ones_like(mu))  # ...yet pass
+
+
+def test_fb_networks_start_orthogonal_with_zero_biases() -> None:
+    from rbfm.fb import FBModel, fb_config
+    from rbfm.fb.networks import ParallelLinear
+
+    model = FBModel(17, 6, fb_config("tiny"))
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear | ParallelLinear)]
+    assert len(layers) > 6
+    for layer in layers:
+        weights = layer.weight.detach()
+        for w in weights if isinstance(layer, ParallelLinear) else [weights.T]:
+            # Orthonormal rows or columns, whichever the shape allows (orthogonal_ init).
+            gram = w.T @ w if w.shape[0] >= w.shape[1] else w @ w.T
+            torch.testing.assert_close(gram, torch.eye(len(gram)), atol=1e-5, rtol=0)
+        assert not layer.bias.detach().any()
+
+
+def test_fb_config_overrides_are_checked() -> None:
+    from rbfm.errors import ConfigError
+    from rbfm.fb import fb_config
+
+    cfg = fb_config("cpu", target_pessimism=0, batch_size=1024, forward_hidden=[64])
+    assert (cfg.target_pessimism, cfg.batch_size, cfg.forward_hidden) == (0.0, 1024, (64,))
+    with pytest.raises(ConfigError, match="unknown FB config field 'batchsize'"):
+        fb_config("cpu", batchsize=1)
+    with pytest.raises(ConfigError, match="batch_size: expected int"):
+        fb_config("cpu", batch_size=1.5)
+    with pytest.raises(ConfigError, match=r"actor_pessimism: 2.0 is out of range \(valid: 0..1\)"):
+        fb_config("cpu", actor_pessimism=2)

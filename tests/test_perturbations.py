@@ -183,3 +183,36 @@ def test_out_of_range_levels_are_refused(family: str, level: float) -> None:
 def test_family_and_level_go_together() -> None:
     with pytest.raises(ConfigError, match="both"):
         make_env("cheetah", "run", "joint_friction")
+
+
+@pytest.mark.parametrize("key", PERTURBATIONS)
+def test_environments_copied_from_the_prototype_equal_freshly_loaded_ones(
+    key: tuple[str, str],
+) -> None:
+    """build_physics copies one loaded physics per process: bitwise the same episodes as
+    a physics loaded from the XML, under every family."""
+    from rbfm.envs.domains import get_domain, make_control_env
+
+    domain, family = key
+    pert = PERTURBATIONS[key]
+    spec = get_domain(domain)
+    make_env(domain, spec.tasks[0])  # the prototype exists before the copies
+    copied = make_env(domain, spec.tasks[0], family, pert.extreme)
+    fresh_physics = spec.load_physics()
+    pert.apply(fresh_physics.model.ptr, fresh_physics.data.ptr, pert.extreme)
+    fresh = make_control_env(spec, spec.tasks[0], fresh_physics, 0)
+    copied.reseed(7)
+    fresh.task.reseed(np.random.RandomState(np.random.MT19937(7)))
+    a, b = copied.reset(), fresh.reset()
+    np.testing.assert_array_equal(copied.physics.get_state(), fresh.physics.get_state())
+    actions = np.random.default_rng(0).uniform(-1, 1, (100, spec.action_dim))
+    for action in actions:
+        a, b = copied.step(action), fresh.step(action)
+        assert a.reward == b.reward
+    np.testing.assert_array_equal(copied.physics.get_state(), fresh.physics.get_state())
+    # The perturbation went into the copy's own model: the prototype stays nominal.
+    nominal, loaded = make_env(domain, spec.tasks[0]).physics.model, spec.load_physics().model
+    for field in ("body_mass", "dof_frictionloss", "actuator_gear", "jnt_range", "geom_solref"):
+        np.testing.assert_array_equal(getattr(nominal, field), getattr(loaded, field))
+    np.testing.assert_array_equal(nominal.actuator_ctrlrange, loaded.actuator_ctrlrange)
+    np.testing.assert_array_equal(nominal.opt.gravity, loaded.opt.gravity)

@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -81,6 +82,21 @@ def _cmd_envs(args: argparse.Namespace) -> None:
                 print(f"  {family:<19} {p.unit:<17} {p.field:<34} levels: {levels}")
 
 
+def _assignments(items: list[str]) -> list[tuple[str, Any]]:
+    """KEY=VALUE pairs; VALUE is read as JSON (numbers, lists, true) or else a string."""
+    pairs = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set: expected KEY=VALUE, got {item!r}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        pairs.append((key, value))
+    return pairs
+
+
 def _cmd_pretrain(args: argparse.Namespace) -> None:
     from rbfm.fb.pretrain import PretrainConfig, pretrain
 
@@ -99,6 +115,7 @@ def _cmd_pretrain(args: argparse.Namespace) -> None:
         checkpoint_every=args.checkpoint_every,
         workers=args.workers,
         log_every=args.log_every,
+        overrides=tuple(_assignments(args.set)),
     )
     if args.threads is not None:
         import torch
@@ -111,12 +128,12 @@ def _cmd_pretrain(args: argparse.Namespace) -> None:
 def _cmd_zero_shot(args: argparse.Namespace) -> None:
     from rbfm.data import load_dataset
     from rbfm.evaluation import EnvSpec, RolloutEngine, mean_ci
-    from rbfm.fb.checkpoint import load_checkpoint
+    from rbfm.fb.checkpoint import load_checkpoint, training_data
     from rbfm.fb.zero_shot import infer_z, labelled_states, policy
 
     model, meta = load_checkpoint(args.checkpoint, device=args.device)
     domain = meta["domain"]
-    ds = load_dataset(args.dataset or meta["dataset"]["path"], domain)
+    ds = load_dataset(training_data(meta, args.dataset, args.checkpoint), domain)
     obs, rewards = labelled_states(ds, domain, model.cfg.reward_samples, args.seed, progress=True)
     tasks = args.task or list(rewards)
     unknown_tasks = [t for t in tasks if t not in rewards]
@@ -188,7 +205,7 @@ def _cmd_demos(args: argparse.Namespace) -> None:
     from rbfm.data import load_dataset
     from rbfm.envs import TASKS
     from rbfm.evaluation import mean_ci
-    from rbfm.fb.checkpoint import load_checkpoint
+    from rbfm.fb.checkpoint import load_checkpoint, training_data
     from rbfm.fb.zero_shot import infer_z, labelled_states
     from rbfm.inference import generate_demos, save_demos
 
@@ -202,7 +219,7 @@ def _cmd_demos(args: argparse.Namespace) -> None:
         # demonstrations need no dataset and match the model's reported returns.
         z, source = torch.tensor(stored, dtype=torch.float32), "checkpoint"
     else:
-        ds = load_dataset(args.dataset or meta["dataset"]["path"], domain)
+        ds = load_dataset(training_data(meta, args.dataset, args.checkpoint), domain)
         obs, rewards = labelled_states(ds, domain, model.cfg.reward_samples, args.seed)
         z, source = infer_z(model, obs, rewards[args.task]), "dataset"
     demos = generate_demos(model, domain, args.task, z, args.episodes, args.seed, progress=True)
@@ -400,23 +417,28 @@ def _cmd_quickstart(args: argparse.Namespace) -> None:
         print(f"{level:>8g} " + " ".join(f"{cells[m]:>18}" for m in methods))
 
 
+def _portable(path: str) -> str:
+    """A path as given if relative, else its last part: no machine's absolute paths."""
+    return path if not Path(path).is_absolute() else Path(path).name
+
+
 def _cmd_export(args: argparse.Namespace) -> None:
     import torch
 
     from rbfm.data import load_dataset
-    from rbfm.fb.checkpoint import export_checkpoint, load_checkpoint
+    from rbfm.fb.checkpoint import export_checkpoint, load_checkpoint, training_data
     from rbfm.fb.zero_shot import infer_z, labelled_states
 
     model, meta = load_checkpoint(args.checkpoint)
     task_z = meta.get("task_z")
     if task_z is None:  # runs made before task vectors were stored: infer them now
         domain = meta["domain"]
-        ds = load_dataset(args.dataset or meta["dataset"]["path"], domain)
+        ds = load_dataset(training_data(meta, args.dataset, args.checkpoint), domain)
         obs, rewards = labelled_states(ds, domain, model.cfg.reward_samples, seed=1)
         with torch.no_grad():
             task_z = {t: infer_z(model, obs, r).tolist() for t, r in rewards.items()}
     stem = export_checkpoint(
-        args.checkpoint, args.out, {"task_z": task_z, "exported_from": str(args.checkpoint)}
+        args.checkpoint, args.out, {"task_z": task_z, "exported_from": _portable(args.checkpoint)}
     )
     print(f"wrote {stem}.safetensors and {stem}.json")
 
@@ -448,9 +470,9 @@ def _cmd_experiment(args: argparse.Namespace) -> None:
         f"{summary.seconds:.1f} s\nwrote {summary.results} and {summary.certificates}"
     )
     if args.figures:
-        from rbfm.experiments.figures import draw_all
+        from rbfm.experiments.figures import draw_run_figures
 
-        for path in draw_all(summary.results, out / "figures"):
+        for path in draw_run_figures(out, summary.results):
             print(f"wrote {path}")
 
 
@@ -553,6 +575,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="torch intra-op threads (default: torch's). A resumed run reproduces an "
         "uninterrupted one only with the same thread count.",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field of the preset's FBConfig, e.g. target_pessimism=0 or "
+        "batch_size=1024 (repeatable; part of the run's identity)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_pretrain)
@@ -657,7 +687,7 @@ def build_parser() -> argparse.ArgumentParser:
         "resumably, locally or on Ray; results table and figures",
         description="Runs demonstrations -> task inference / baseline training -> evaluation "
         "as cells with stable ids, each stored atomically under --out. Killed and rerun, it "
-        "skips finished cells. Presets: smoke, slice, cpu, eps, paper (see "
+        "skips finished cells. Presets: smoke, slice, cpu, datasize, sources, eps, paper (see "
         "rbfm.experiments.spec).",
     )
     p.add_argument("spec", help="a preset name or a .toml spec file")
@@ -682,7 +712,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--eval-batch",
         type=int,
         default=400,
-        help="episodes per evaluation job (one lockstep batch; default 400)",
+        help="episodes per evaluation job (one lockstep batch; default 200)",
     )
     p.add_argument("--figures", action="store_true", help="draw the figures and tables")
     p.add_argument("--dry-run", action="store_true", help="validate and print the plan only")

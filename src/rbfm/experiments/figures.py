@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import shutil
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -611,7 +612,8 @@ def iqm_scores(
         missing = [t for t in tasks if t not in per_task]
         if missing:
             notes.append(
-                f"{label}: dropped, results for {len(tasks) - len(missing)} of {len(tasks)} tasks"
+                f"{label}: dropped, results for {len(tasks) - len(missing)} of {len(tasks)} "
+                "combinations"
             )
             continue
         counts = {len(per_task[t]) for t in tasks}
@@ -710,10 +712,13 @@ def iqm_estimates(
 
 
 def _iqm_markdown(result: IqmResult) -> str:
-    text = f"IQM of per-seed mean return ({result.scope}; {result.tasks} tasks, raw returns)\n\n"
+    text = (
+        f"IQM of per-seed mean return ({result.scope}; {result.tasks} (task, family, level) "
+        "combinations as rliable's tasks, raw returns)\n\n"
+    )
     if result.estimates:
         text += _markdown(
-            ["label", "IQM", "95% CI", "seeds", "tasks"],
+            ["label", "IQM", "95% CI", "seeds", "combinations"],
             (
                 [
                     e.label,
@@ -757,7 +762,8 @@ def _iqm_draw(result: IqmResult, styles: dict[str, _Style]) -> Figure:
     ax.invert_yaxis()
     ax.margins(x=0.15)
     ax.set_xlabel(
-        f"IQM return ({result.scope}; {result.tasks} tasks, 95% stratified-bootstrap CI)",
+        f"IQM return ({result.scope}; {result.tasks} task-level combinations, "
+        "95% stratified-bootstrap CI)",
         fontsize=8,
     )
     ax.grid(alpha=0.3, axis="x")
@@ -875,3 +881,16 @@ def draw_all(
     )
     written.append(tables)
     return written
+
+
+def draw_run_figures(run: str | os.PathLike[str], table: str | os.PathLike[str]) -> list[Path]:
+    """`draw_all` into RUN/figures, replacing the previous drawing as a whole: a spec drawn
+    into the run directory of another (e.g. `slice` into `cpu`) leaves no stale figures,
+    and an interrupted drawing leaves the previous one intact."""
+    figures = Path(run) / "figures"
+    fresh = figures.with_name(".figures.part")
+    shutil.rmtree(fresh, ignore_errors=True)
+    written = draw_all(table, fresh)
+    shutil.rmtree(figures, ignore_errors=True)
+    fresh.rename(figures)
+    return [figures / p.name for p in written]

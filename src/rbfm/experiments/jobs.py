@@ -10,6 +10,7 @@ jobs, and results are bitwise reproducible only at a fixed thread count.
 from __future__ import annotations
 
 import functools
+import gc
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -184,7 +185,8 @@ def _baseline(method: str, meta: dict[str, Any], state: dict[str, np.ndarray]) -
 
 def run_eval(job: EvalJob) -> list[EvalOutput]:
     """Every entry's episodes in one lockstep batch (chunked by the engine above its
-    limit): one actor call per step serves every task vector of the model."""
+    limit): one actor call per step serves every task vector of the model. Outputs are
+    in the order of `job.entries`."""
     from rbfm.baselines import as_policy
     from rbfm.evaluation import EnvSpec, RolloutEngine
     from rbfm.evaluation.sweep import dispatch
@@ -210,9 +212,14 @@ def run_eval(job: EvalJob) -> list[EvalOutput]:
     seeds = [(e.eval_seed, k) for e in order for k in range(e.episodes)]
     with RolloutEngine(0) as engine:
         res = engine.run(specs, dispatch(groups), seeds=seeds)
-    out, lo = [], 0
-    for e in order:
+    del engine
+    # A job's environments (~10 MB of MuJoCo data each, up to 400) sit in reference cycles:
+    # freed now, not after the next job has built its own (two jobs' worth OOM-killed a
+    # 24 GB machine with 2 workers).
+    gc.collect()
+    out, lo = {}, 0
+    for e in order:  # task vectors first, then baseline policies: back to the job's order
         part = slice(lo, lo + e.episodes)
-        out.append(EvalOutput(e.cell, res.returns[part].copy(), int(res.unstable[part].sum())))
+        out[e.cell] = EvalOutput(e.cell, res.returns[part].copy(), int(res.unstable[part].sum()))
         lo += e.episodes
-    return out
+    return [out[e.cell] for e in job.entries]

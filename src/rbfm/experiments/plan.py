@@ -250,9 +250,14 @@ def plan(spec: ExperimentSpec) -> Plan:
     infers: list[InferCell] = []
     evals: list[EvalCell] = []
     models = [_model(m, i) for i, m in enumerate(spec.models)]
-    seen = {(m.domain, m.dataset, m.sha256) for m in models}
-    if len(seen) != len(models):
-        raise ConfigError("models: the same model is listed twice with the same dataset label")
+    first: dict[str, int] = {}
+    for m in models:  # cells are keyed by the weights: one model under two labels would clash
+        if m.sha256 in first:
+            raise ConfigError(
+                f"models[{m.index}].checkpoint: the same weights as models[{first[m.sha256]}] "
+                "(list each model once)"
+            )
+        first[m.sha256] = m.index
     all_tasks = {t for m in spec.models for t in (m.tasks or TASKS[m.domain])}
     all_families = {f for m in spec.models for f in (m.families or ())}
     for j, method in enumerate(spec.methods):
@@ -265,6 +270,11 @@ def plan(spec: ExperimentSpec) -> Plan:
             }
             if f not in known | {NOMINAL}:
                 raise ConfigError(f"methods[{j}].families: {f!r} is not a family of any model")
+        for label in method.datasets:
+            if label not in {m.dataset for m in spec.models}:
+                raise ConfigError(
+                    f"methods[{j}].datasets: {label!r} is not the dataset of any model"
+                )
     for model, entry in zip(models, spec.models, strict=True):
         where = f"models[{model.index}]"
         tasks = _names(entry.tasks, TASKS[model.domain], f"{where}.tasks", "task")
@@ -278,6 +288,7 @@ def plan(spec: ExperimentSpec) -> Plan:
         variants = [
             (m, v)
             for j, m in enumerate(spec.methods)
+            if not m.datasets or model.dataset in m.datasets
             for v in _variants(m, model.domain, f"methods[{j}]")
         ]
         for task in tasks:

@@ -49,7 +49,10 @@ from rbfm.experiments.spec import ExperimentSpec
 from rbfm.experiments.table import ResultRow, write_table
 from rbfm.inference.demos import Demos, load_demos, save_demos
 
-EVAL_BATCH = 400  # episodes per evaluation job: the rollout engine's batch limit
+# Episodes per evaluation job. Each episode holds its own MuJoCo environment (~10-13 MB):
+# a 400-episode walker job peaked at 5-7 GB per worker, so 2 workers on a 24 GB machine
+# could be OOM-killed; at 200 the actor call (~1 ms) is still small against the steps.
+EVAL_BATCH = 200
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

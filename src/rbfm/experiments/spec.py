@@ -24,6 +24,7 @@ fields, checkpoints) before any work starts, and names the field in its errors.
     eps = [0.4, 0.8]             # a list makes one variant per value (Q5)
     overrides = { steps = 1000 } # fields of the method's config (HeavyConfig...)
     tasks = ["walk"]             # optional: restrict a method (the baselines are costly)
+    datasets = ["rnd"]           # optional: to the models of these data labels
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class MethodEntry:
     preset: str = "cpu"  # baselines: "paper" (Tables 8-9) or "cpu"
     tasks: tuple[str, ...] = ()  # () = every task of every model
     families: tuple[str, ...] = ()  # () = every family of every model
+    datasets: tuple[str, ...] = ()  # () = every model; else the models of these data labels
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ PRESETS: dict[str, ExperimentSpec] = {
     ),
     # The paper's grid (Section 4): walker on RND, APS and ProtoRL, quadruped and cheetah
     # on RND, every task and family, 5 seeds x 100 episodes; baselines at their paper
-    # presets on walker body mass (Figure 5).
+    # presets on walker body mass with RND data (Figure 5).
     "paper": ExperimentSpec(
         name="paper",
         models=(
@@ -161,8 +163,8 @@ PRESETS: dict[str, ExperimentSpec] = {
         ),
         methods=(
             *_methods(*FB_METHODS),
-            MethodEntry("drbc", preset="paper", families=("body_mass",)),
-            MethodEntry("bedroil", preset="paper", families=("body_mass",)),
+            MethodEntry("drbc", preset="paper", families=("body_mass",), datasets=("rnd",)),
+            MethodEntry("bedroil", preset="paper", families=("body_mass",), datasets=("rnd",)),
         ),
     ),
 }
@@ -196,6 +198,27 @@ def _take(table: dict[str, Any], known: set[str], where: str) -> dict[str, Any]:
     return table
 
 
+def _tables(
+    data: dict[str, Any], key: str, entry: type, required: str, where: str
+) -> list[tuple[str, dict[str, Any]]]:
+    """The [[key]] tables of a spec with their error prefixes; fields checked against
+    the entry dataclass's, `required` present."""
+    tables = data[key]
+    if not isinstance(tables, list) or not tables:
+        raise _err(f"{where}.{key}", f"expected a non-empty list of [[{key}]] tables")
+    known = {f.name for f in dataclasses.fields(entry)}
+    out = []
+    for i, table in enumerate(tables):
+        w = f"{where}.{key}[{i}]"
+        if not isinstance(table, dict):
+            raise _err(w, "expected a table")
+        _take(table, known, w)
+        if required not in table:
+            raise _err(w, f"missing field {required!r}")
+        out.append((w, table))
+    return out
+
+
 def from_dict(data: dict[str, Any], where: str = "spec") -> ExperimentSpec:
     """Builds a spec from parsed TOML; types and names are checked, ranges in `validate`."""
     top = {f.name for f in dataclasses.fields(ExperimentSpec)}
@@ -204,16 +227,7 @@ def from_dict(data: dict[str, Any], where: str = "spec") -> ExperimentSpec:
         if key not in data:
             raise _err(where, f"missing field {key!r}")
     models = []
-    model_fields = {f.name for f in dataclasses.fields(ModelEntry)}
-    if not isinstance(data["models"], list) or not data["models"]:
-        raise _err(f"{where}.models", "expected a non-empty list of [[models]] tables")
-    for i, m in enumerate(data["models"]):
-        w = f"{where}.models[{i}]"
-        if not isinstance(m, dict):
-            raise _err(w, "expected a table")
-        _take(m, model_fields, w)
-        if "domain" not in m:
-            raise _err(w, "missing field 'domain'")
+    for w, m in _tables(data, "models", ModelEntry, "domain", where):
         levels = m.get("levels", 6)
         if isinstance(levels, dict):
             levels = {k: tuple(float(x) for x in v) for k, v in levels.items()}
@@ -228,16 +242,7 @@ def from_dict(data: dict[str, Any], where: str = "spec") -> ExperimentSpec:
             )
         )
     methods = []
-    method_fields = {f.name for f in dataclasses.fields(MethodEntry)}
-    if not isinstance(data["methods"], list) or not data["methods"]:
-        raise _err(f"{where}.methods", "expected a non-empty list of [[methods]] tables")
-    for i, m in enumerate(data["methods"]):
-        w = f"{where}.methods[{i}]"
-        if not isinstance(m, dict):
-            raise _err(w, "expected a table")
-        _take(m, method_fields, w)
-        if "name" not in m:
-            raise _err(w, "missing field 'name'")
+    for w, m in _tables(data, "methods", MethodEntry, "name", where):
         eps = m.get("eps", [])
         eps = [eps] if isinstance(eps, int | float) else eps
         if not isinstance(eps, list) or not all(isinstance(e, int | float) for e in eps):
@@ -253,6 +258,7 @@ def from_dict(data: dict[str, Any], where: str = "spec") -> ExperimentSpec:
                 preset=str(m.get("preset", "cpu")),
                 tasks=_str_tuple(m.get("tasks", []), f"{w}.tasks"),
                 families=_str_tuple(m.get("families", []), f"{w}.families"),
+                datasets=_str_tuple(m.get("datasets", []), f"{w}.datasets"),
             )
         )
     rest = {k: v for k, v in data.items() if k not in ("models", "methods")}

@@ -151,5 +151,35 @@ def export_checkpoint(
         for k, v in meta.items()
         if k not in ("format", "version", "obs_dim", "action_dim", "config", "sha256")
     }
+    if "dataset" in keep:
+        # The data's path is the making machine's: an exported model names its data only.
+        data = dict(keep["dataset"])
+        path = data.pop("path", None)
+        if path is not None:
+            data.setdefault("name", _dataset_name(Path(path)))
+        keep["dataset"] = data
     save_checkpoint(stem, model, {**keep, **extra})
     return stem
+
+
+def _dataset_name(buffer: Path) -> str:
+    """`.../<name>/<domain>/<algo>/buffer` -> `<name>` (the ExORL layout's root folder)."""
+    parts = buffer.parts
+    return parts[-4] if len(parts) >= 4 and parts[-1] == "buffer" else buffer.name
+
+
+def training_data(meta: dict[str, Any], given: str | None, checkpoint: str) -> str:
+    """The dataset for reward labelling: `given`, else the path the run recorded if it
+    is on this machine; exported (shipped) models carry no path and need `given`."""
+    if given is not None:
+        return given
+    data = meta.get("dataset", {})
+    path = data.get("path")
+    if path is not None and Path(path).exists():
+        return str(path)
+    what = f"{data.get('algo', '?')} data '{data.get('name', path)}'"
+    raise CheckpointError(
+        f"{checkpoint}: this command labels states of the model's training data with rewards "
+        f"({what}, {data.get('transitions', '?')} transitions), which is not on this machine: "
+        "pass --dataset DIR (an ExORL buffer of that domain)"
+    )

@@ -25,6 +25,10 @@ class FBConfig:
     steps: int = 1_000_000
     z_mix_ratio: float = 0.5  # probability of z = B(s) instead of a uniform sphere sample
     ortho_coef: float = 1.0
+    # Penalty p in mean - p * |X_1 - X_2| over F's two heads (0.5 = their min, the
+    # paper's; 0 = their mean, metamotivo's DMC TD target): TD target and actor.
+    target_pessimism: float = 0.5
+    actor_pessimism: float = 0.5
     actor_noise: float = 0.2
     actor_noise_clip: float = 0.3
     reward_samples: int = 10_000  # labelled states for zero-shot reward inference
@@ -32,6 +36,12 @@ class FBConfig:
     eval_episodes: int = 10  # per task
     checkpoint_every: int = 5_000
     bf16: bool = False  # bfloat16 autocast for the networks; the FB loss stays fp32
+
+    def __post_init__(self) -> None:
+        for name in ("target_pessimism", "actor_pessimism"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ConfigError(f"FB config {name}: {value} is out of range (valid: 0..1)")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,5 +89,18 @@ FB_PRESETS: dict[str, FBConfig] = {
 def fb_config(preset: str, **overrides: Any) -> FBConfig:
     if preset not in FB_PRESETS:
         raise unknown("FB preset", preset, FB_PRESETS)
-    cfg = FB_PRESETS[preset]
-    return FBConfig(**{**asdict(cfg), **{k: v for k, v in overrides.items() if v is not None}})
+    cfg = asdict(FB_PRESETS[preset])
+    unknown_keys = sorted(set(overrides) - set(cfg))
+    if unknown_keys:
+        raise ConfigError(
+            f"unknown FB config field {unknown_keys[0]!r}; valid fields: {', '.join(sorted(cfg))}"
+        )
+    for k, v in overrides.items():
+        if v is None:
+            continue
+        if isinstance(cfg[k], tuple):
+            v = tuple(v) if isinstance(v, list | tuple) else (v,)
+        if type(v) is not type(cfg[k]) and not (isinstance(cfg[k], float) and type(v) is int):
+            raise ConfigError(f"FB config {k}: expected {type(cfg[k]).__name__}, got {v!r}")
+        cfg[k] = float(v) if isinstance(cfg[k], float) else v
+    return FBConfig(**cfg)

@@ -10,13 +10,26 @@ import torch
 from rbfm.fb.networks import project
 
 
+def pessimistic(heads: torch.Tensor, penalty: float) -> torch.Tensor:
+    """mean_k X_k - penalty * |X_1 - X_2| over the two heads of dim 0.
+
+    penalty 0.5 is min(X_1, X_2), the paper's choice (Algorithm 1) for both the TD target
+    and the actor; 0 is the heads' mean, metamotivo's DMC TD target. The two-head form of
+    metamotivo's `mean - penalty * uncertainty`; the minimum is taken exactly at 0.5 so
+    that the paper's recipe stays bit-identical to a plain min.
+    """
+    if penalty == 0.5:
+        return heads.min(0).values
+    return heads.mean(0) - penalty * (heads[0] - heads[1]).abs()
+
+
 def fb_loss(
     M: torch.Tensor, target_M: torch.Tensor, discount: torch.Tensor, gamma: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The two terms of the FB temporal-difference loss, summed over heads.
 
-    M[k, i, j] = F_k(s_i, a_i, z_i)^T B(s'_j); target_M[i, j] = min_k of the target
-    networks' F_k(s'_i, a'_i, z_i)^T B(s'_j); discount[i] is the dataset's.
+    M[k, i, j] = F_k(s_i, a_i, z_i)^T B(s'_j); target_M[i, j] = `pessimistic` over k of
+    the target networks' F_k(s'_i, a'_i, z_i)^T B(s'_j); discount[i] is the dataset's.
     Off-diagonal term: 0.5 * mean over i != j of (M - gamma * discount * target_M)^2,
     where s'_j (j != i) plays the independent sample s+ ~ rho of eq. 6. Diagonal term:
     -mean_i M[k, i, i] (the -2 E[F^T B(s')] of eq. 6, halved like the first term).
@@ -42,9 +55,10 @@ def orthonormality_loss(B: torch.Tensor) -> torch.Tensor:
     return (cov - torch.eye(d, device=B.device, dtype=B.dtype)).square().sum()
 
 
-def actor_loss(F_pi: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-    """-mean_i min_k F_k(s_i, pi(s_i, z_i), z_i)^T z_i (eq. 7, pessimistic over heads)."""
-    return -(F_pi * z).sum(-1).min(0).values.mean()
+def actor_loss(F_pi: torch.Tensor, z: torch.Tensor, penalty: float = 0.5) -> torch.Tensor:
+    """-mean_i of `pessimistic` over k of F_k(s_i, pi(s_i, z_i), z_i)^T z_i (eq. 7; the
+    default penalty 0.5 is the minimum over the heads)."""
+    return -pessimistic((F_pi * z).sum(-1), penalty).mean()
 
 
 def reward_z(B: torch.Tensor, reward: torch.Tensor) -> torch.Tensor:

@@ -10,14 +10,20 @@ import torch
 from torch import nn
 
 from rbfm.fb.config import FBConfig
-from rbfm.fb.losses import actor_loss, fb_loss, orthonormality_loss, reward_z
+from rbfm.fb.losses import actor_loss, fb_loss, orthonormality_loss, pessimistic, reward_z
 from rbfm.fb.networks import Actor, BackwardMap, ForwardMap, project
 
 
 def noisy(mu: torch.Tensor, std: float, clip: float, gen: torch.Generator | None) -> torch.Tensor:
-    """mu + clip(N(0, std)), kept in [-1, 1] (TD3 target-policy smoothing)."""
+    """mu + clip(N(0, std)), kept in [-1, 1] (TD3 target-policy smoothing).
+
+    The final clamp passes gradients straight through, as both references' truncated
+    normal does: with a plain clamp, samples beyond the box give the actor no gradient,
+    so an actor near saturation is only pulled by the samples inside and cannot recover.
+    """
     noise = torch.randn(mu.shape, generator=gen, device=mu.device, dtype=mu.dtype) * std
-    return (mu + noise.clamp(-clip, clip)).clamp(-1, 1)
+    x = mu + noise.clamp(-clip, clip)
+    return x + (x.clamp(-1, 1) - x).detach()
 
 
 class FBModel(nn.Module):
@@ -114,7 +120,7 @@ class FBTrainer:
             f = m.forward_map(obs, action, z).float()
             b = m.backward_map(next_obs).float()
         # The N x N matrices and the losses in fp32, outside autocast, even with --bf16.
-        target_M = torch.matmul(target_f, target_b.T).min(0).values
+        target_M = pessimistic(torch.matmul(target_f, target_b.T), cfg.target_pessimism)
         M = torch.matmul(f, b.T)
         off, diag = fb_loss(M, target_M, discount, cfg.gamma)
         ortho = orthonormality_loss(b)
@@ -126,7 +132,7 @@ class FBTrainer:
         with _autocast(cfg.bf16, self.device):
             pi = noisy(m.actor(obs, z), cfg.actor_noise, cfg.actor_noise_clip, g)
             f_pi = m.forward_map(obs, pi, z).float()
-        a_loss = actor_loss(f_pi, z)
+        a_loss = actor_loss(f_pi, z, cfg.actor_pessimism)
         self.actor_opt.zero_grad(set_to_none=True)
         # Only the actor's gradients: F's weight gradients would be discarded anyway.
         a_loss.backward(inputs=list(m.actor.parameters()))

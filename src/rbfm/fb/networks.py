@@ -8,6 +8,9 @@ pair costs a few batched matmuls instead of a Python loop over networks.
 B(s) is normalised to the sphere of radius sqrt(d). The actor embeds s and
 (s, z) the same way and ends in tanh; the s-only embedding does not depend on z,
 which lets task inference compute it once for all demonstration states.
+Weights start orthogonal and biases at zero, as both references initialise them
+(their `weight_init`); PyTorch's default uniform init starts F's two heads further
+apart and changes how fast the Q estimate grows early in training.
 """
 
 from __future__ import annotations
@@ -26,10 +29,9 @@ class ParallelLinear(nn.Module):
     def __init__(self, n: int, inp: int, out: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(n, inp, out))
-        self.bias = nn.Parameter(torch.empty(n, 1, out))
-        bound = 1 / math.sqrt(inp)  # nn.Linear's default initialisation, per member
-        nn.init.uniform_(self.weight, -bound, bound)
-        nn.init.uniform_(self.bias, -bound, bound)
+        self.bias = nn.Parameter(torch.zeros(n, 1, out))
+        for w in self.weight:  # orthogonal per member, like nn.Linear layers in `mlp`
+            nn.init.orthogonal_(w)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.baddbmm(self.bias, x, self.weight)
@@ -49,14 +51,20 @@ class ParallelLayerNorm(nn.Module):
 
 
 def mlp(inp: int, hidden: tuple[int, ...], out: int, parallel: int = 0) -> nn.Sequential:
-    """Linear-LayerNorm-Tanh, then Linear-ReLU per further hidden layer, then Linear.
+    """Linear-LayerNorm-Tanh, then Linear-ReLU per further hidden layer, then Linear;
+    orthogonal weights, zero biases.
 
     With `parallel` > 0 the layers are batched over that many independent members
     and expect inputs of shape (parallel, batch, inp).
     """
 
     def linear(i: int, o: int) -> nn.Module:
-        return ParallelLinear(parallel, i, o) if parallel else nn.Linear(i, o)
+        if parallel:
+            return ParallelLinear(parallel, i, o)
+        layer = nn.Linear(i, o)
+        nn.init.orthogonal_(layer.weight)
+        nn.init.zeros_(layer.bias)
+        return layer
 
     def norm(d: int) -> nn.Module:
         return ParallelLayerNorm(parallel, d) if parallel else nn.LayerNorm(d)

@@ -55,10 +55,13 @@ class PretrainConfig:
     checkpoint_every: int | None = None
     workers: int = 0  # rollout worker processes for evaluation (0: in-process)
     log_every: int = 1000
+    # Any other FBConfig fields (`rbfm pretrain --set target_pessimism=0`): ablations.
+    overrides: tuple[tuple[str, Any], ...] = ()
 
     def fb(self) -> FBConfig:
         return fb_config(
             self.preset,
+            **dict(self.overrides),
             steps=self.steps,
             bf16=self.bf16,
             eval_every=self.eval_every,
