@@ -369,22 +369,40 @@ def plot_grid(
     return save_figure(grid_figure(rows, domain, dataset), out)
 
 
+def _panel_row(
+    rows: Sequence[ResultRow],
+    mine: Sequence[ResultRow],
+    by: str,
+    domain: str,
+    family: str,
+    title: str,
+    share_y: bool,
+) -> Figure:
+    """A row of panels, one per value of the rows' field `by` (titled with it), a line per
+    label styled as across the whole table, one legend below."""
+    styles = _styles(rows)
+    values = _unique(getattr(r, by) for r in mine)
+    aggs = aggregate(mine)
+    fig, axes = _new_figure(1, len(values))
+    for ax, value in zip(axes[0], values, strict=True):
+        _draw_panel(ax, [a for a in aggs if getattr(a, by) == value], styles, domain, family)
+        ax.set_title(value, fontsize=9)
+    if share_y:
+        for ax in axes[0, 1:]:
+            ax.sharey(axes[0, 0])
+    axes[0, 0].set_ylabel("return", fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    _shared_legend(fig, axes.flat)
+    return fig
+
+
 def baselines_figure(
     rows: Sequence[ResultRow], domain: str, family: str, dataset: str | None = None
 ) -> Figure:
     """Figure 5: one family, a panel per task, every label (FB methods and baselines)."""
     mine, dataset = _select(rows, domain, dataset, family=family)
-    styles = _styles(rows)
-    tasks = _unique(r.task for r in mine)
-    aggs = aggregate(mine)
-    fig, axes = _new_figure(1, len(tasks))
-    for ax, task in zip(axes[0], tasks, strict=True):
-        _draw_panel(ax, [a for a in aggs if a.task == task], styles, domain, family)
-        ax.set_title(task, fontsize=9)
-    axes[0, 0].set_ylabel("return", fontsize=8)
-    fig.suptitle(f"{domain} ({dataset}): FB methods and baselines under {family}", fontsize=10)
-    _shared_legend(fig, axes.flat)
-    return fig
+    title = f"{domain} ({dataset}): FB methods and baselines under {family}"
+    return _panel_row(rows, mine, "task", domain, family, title, share_y=False)
 
 
 def plot_baselines(
@@ -407,19 +425,8 @@ def datasets_figure(rows: Sequence[ResultRow], domain: str, task: str, family: s
     mine = [r for r in mine if r.task == task]
     _require(mine, "family", family, f"in {domain}/{task}")
     mine = [r for r in mine if r.family == family]
-    styles = _styles(rows)
-    datasets = _unique(r.dataset for r in mine)
-    aggs = aggregate(mine)
-    fig, axes = _new_figure(1, len(datasets))
-    for ax, dataset in zip(axes[0], datasets, strict=True):
-        _draw_panel(ax, [a for a in aggs if a.dataset == dataset], styles, domain, family)
-        ax.set_title(dataset, fontsize=9)
-    for ax in axes[0, 1:]:
-        ax.sharey(axes[0, 0])
-    axes[0, 0].set_ylabel("return", fontsize=8)
-    fig.suptitle(f"{domain}-{task} under {family}: by dataset", fontsize=10)
-    _shared_legend(fig, axes.flat)
-    return fig
+    title = f"{domain}-{task} under {family}: by dataset"
+    return _panel_row(rows, mine, "dataset", domain, family, title, share_y=True)
 
 
 def plot_datasets(
