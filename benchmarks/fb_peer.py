@@ -2,7 +2,7 @@
 
     python benchmarks/fb_peer.py --dataset DIR [--domain cheetah] [--preset cpu]
         [--updates 200000] [--eval-every 10000] [--seeds 0 1 2] [--episodes 10]
-        [--impl rbfm metamotivo] [--out runs/fb_peer.csv]
+        [--impl rbfm metamotivo] [--set KEY=VALUE ...] [--out runs/fb_peer.csv]
 
 Each seed trains every implementation on the same subsample of the dataset (drawn as
 `rbfm pretrain` draws it) with the same sequence of uniform minibatches, and evaluates
@@ -48,6 +48,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from rbfm.cli import parse_assignments
 from rbfm.data import Transitions, load_dataset
 from rbfm.device import pick_device
 from rbfm.evaluation import EnvSpec, RolloutEngine, iqm, mean_ci
@@ -77,6 +78,7 @@ class Batches:
 
 class Learner(Protocol):
     def update(self, step: int) -> None: ...
+    def served(self) -> contextlib.AbstractContextManager[object]: ...
     def backward(self, obs: torch.Tensor) -> torch.Tensor: ...
     def act(self, obs: torch.Tensor, z: torch.Tensor) -> torch.Tensor: ...
 
@@ -90,6 +92,10 @@ class RbfmLearner:
 
     def update(self, step: int) -> None:
         self.trainer.update(self.batches.sample(self.batch_size))
+
+    def served(self) -> contextlib.AbstractContextManager[object]:
+        """The weights evaluation reads: averaged ones when average_tau > 0."""
+        return self.trainer.served()
 
     @torch.no_grad()
     def backward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -179,6 +185,15 @@ def metamotivo_config(
         "~ its noisy actions: clamped to [-1+1e-6, 1-1e-6] with a straight-through gradient",
         "~ its speed: Adam not fused; the actor loss also back-propagates through F's weights",
     ]
+    # rbfm's departures from the paper that metamotivo has no counterpart for.
+    if cfg.lr_end < 1:
+        notes.append(f"~ rbfm: cosine lr decay to {cfg.lr_end} x lr (metamotivo: constant)")
+    if cfg.average_tau > 0:
+        notes.append(
+            f"~ rbfm: evaluates weights averaged at tau {cfg.average_tau} (metamotivo: online)"
+        )
+    if cfg.conservative_coef > 0:
+        notes.append(f"~ rbfm: value conservatism {cfg.conservative_coef} (metamotivo: none)")
     return dataclasses.asdict(c), notes
 
 
@@ -193,6 +208,9 @@ class MetamotivoLearner:
 
     def update(self, step: int) -> None:
         self.agent.update(self.replay, step)
+
+    def served(self) -> contextlib.AbstractContextManager[object]:
+        return contextlib.nullcontext()
 
     def backward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.agent._model.backward_map(obs)  # no_grad, already on the sqrt(d) sphere
@@ -210,24 +228,25 @@ def evaluate(
     device: torch.device,
 ) -> dict[str, np.ndarray]:
     """Per task, the returns of `episodes` episodes of the reward-inferred z's mean action."""
-    obs, rewards = labelled
-    tasks = list(rewards)
-    b = learner.backward(torch.as_tensor(obs, device=device))
-    z = torch.stack(
-        [
-            reward_z(b, torch.as_tensor(rewards[t], dtype=torch.float32, device=device))
-            for t in tasks
-        ]
-    ).repeat_interleave(episodes, 0)
+    with learner.served():
+        obs, rewards = labelled
+        tasks = list(rewards)
+        b = learner.backward(torch.as_tensor(obs, device=device))
+        z = torch.stack(
+            [
+                reward_z(b, torch.as_tensor(rewards[t], dtype=torch.float32, device=device))
+                for t in tasks
+            ]
+        ).repeat_interleave(episodes, 0)
 
-    @torch.no_grad()
-    def act(o: np.ndarray, idx: np.ndarray) -> np.ndarray:
-        rows = z[torch.as_tensor(idx, device=device)]
-        return learner.act(torch.as_tensor(o, device=device), rows).cpu().numpy()
+        @torch.no_grad()
+        def act(o: np.ndarray, idx: np.ndarray) -> np.ndarray:
+            rows = z[torch.as_tensor(idx, device=device)]
+            return learner.act(torch.as_tensor(o, device=device), rows).cpu().numpy()
 
-    specs = [EnvSpec(domain, t) for t in tasks for _ in range(episodes)]
-    returns = engine.run(specs, act, seed=EVAL_SEED).returns
-    return {t: returns[i * episodes : (i + 1) * episodes] for i, t in enumerate(tasks)}
+        specs = [EnvSpec(domain, t) for t in tasks for _ in range(episodes)]
+        returns = engine.run(specs, act, seed=EVAL_SEED).returns
+        return {t: returns[i * episodes : (i + 1) * episodes] for i, t in enumerate(tasks)}
 
 
 def _sync(device: torch.device) -> None:
@@ -278,6 +297,14 @@ def main() -> None:
     parser.add_argument("--impl", nargs="+", choices=IMPLS, default=["rbfm", "metamotivo"])
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--device", default=None, help="default: cuda if available")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field of rbfm's FBConfig, as `rbfm pretrain --set` (e.g. lr_end=0); "
+        "metamotivo's mapping ignores fields it has no counterpart for",
+    )
     parser.add_argument("--out", default="runs/fb_peer.csv")
     args = parser.parse_args()
 
@@ -294,6 +321,7 @@ def main() -> None:
         eval_every=args.eval_every,
         eval_episodes=args.episodes,
         reward_samples=args.reward_samples,
+        **dict(parse_assignments(args.set)),
     )
     device = pick_device(args.device)
     ds = load_dataset(args.dataset, args.domain)
@@ -303,7 +331,7 @@ def main() -> None:
         f"torch {torch.__version__} on {device}, {torch.get_num_threads()} threads; {domain}, "
         f"{m:,} transitions, preset {args.preset}, {cfg.steps} updates, eval every "
         f"{cfg.eval_every}, {cfg.eval_episodes} episodes per task, "
-        f"{cfg.reward_samples} labelled states"
+        f"{cfg.reward_samples} labelled states" + (f"; rbfm with {args.set}" if args.set else "")
     )
     for impl in args.impl:
         if impl != "rbfm":

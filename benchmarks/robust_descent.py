@@ -6,7 +6,7 @@
 For the task vector of FB-IL and of RBFM-Light (paper settings and variants of its
 optimiser), prints the imitation loss on every drawn demonstration transition (the
 deterministic policy's squared action error) and its exact worst case over the TV
-ball of radius eps = 0.8 (`duals.light_worst_case`), the quantity Light minimises.
+ball of radius eps = 0.8 (`certificate.tv_certificates`), the quantity Light minimises.
 Any z is a feasible point of that problem, so a z with a lower worst case than Light's
 shows how far Light's descent stopped from the optimum (docs/experiments.md,
 "Robustness certificates"). Each variant runs the full inference (minutes on 2 cores).
@@ -20,8 +20,9 @@ from typing import Any
 
 import torch
 
+from rbfm.experiments.certificate import tv_certificates
 from rbfm.fb.checkpoint import load_checkpoint
-from rbfm.inference import infer, light_worst_case, load_demos
+from rbfm.inference import infer, load_demos
 from rbfm.inference.common import prepare
 
 EPS = 0.8
@@ -53,8 +54,8 @@ def main() -> None:
         with torch.no_grad():
             pi = model.actor(data.obs, z.expand(n, -1))
             loss = (pi - data.action).square().sum(-1)
-            q, _ = light_worst_case(loss, EPS)
-        return float(loss.mean()), float((q * loss).sum())
+        (cert,) = tv_certificates(loss, (EPS,))
+        return cert.nominal, cert.worst_case
 
     print(f"{demos.domain}: {args.draw} demonstrations, {n} transitions, TV radius {EPS}")
     print(f"{'z':<12} {'nominal':>9} {'worst case':>11} {'seconds':>8}")

@@ -126,15 +126,22 @@ def test_the_shipped_model_names_no_path() -> None:
 def test_a_domain_name_names_the_shipped_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from rbfm.fb.checkpoint import ASSETS, resolve
+    from rbfm.fb import checkpoint
 
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    for stem in ("cheetah_cpu", "walker_aps", "walker_rnd"):
+        (assets / f"{stem}.json").write_text("{}")
+    monkeypatch.setattr(checkpoint, "ASSETS", assets)
     monkeypatch.chdir(tmp_path)
-    assert resolve("cheetah") == ASSETS / "cheetah_cpu"
-    assert resolve("cheetah:cpu") == ASSETS / "cheetah_cpu"
-    assert resolve("walker") == resolve("walker:rnd") == ASSETS / "walker_rnd"
+    resolve = checkpoint.resolve
+    assert resolve("cheetah") == resolve("cheetah:cpu") == assets / "cheetah_cpu"
+    # RND is the default although walker_aps comes first by name.
+    assert resolve("walker") == resolve("walker:rnd") == assets / "walker_rnd"
+    assert resolve("walker:aps") == assets / "walker_aps"
     with pytest.raises(CheckpointError, match=r"no quadruped model is shipped with rbfm"):
         resolve("quadruped")
-    with pytest.raises(CheckpointError, match=r"no walker:aps model is shipped"):
-        resolve("walker:aps")
+    with pytest.raises(CheckpointError, match=r"no walker:proto model is shipped"):
+        resolve("walker:proto")
     (tmp_path / "walker").mkdir()  # a run directory of that name comes first
     assert resolve("walker") == Path("walker") / "best"

@@ -205,6 +205,69 @@ def test_fb_config_overrides_are_checked() -> None:
         fb_config("cpu", conservative_coef=-1)
     with pytest.raises(ConfigError, match=r"conservative_actions: 1 \(valid: >= 2\)"):
         fb_config("cpu", conservative_actions=1)
+    with pytest.raises(ConfigError, match=r"lr_end: 1.5 is out of range \(valid: 0..1\)"):
+        fb_config("cpu", lr_end=1.5)
+    with pytest.raises(ConfigError, match=r"average_tau: 1.0 is out of range"):
+        fb_config("cpu", average_tau=1)
+
+
+def _batch(seed: int, obs_dim: int = 17, action_dim: int = 6) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "observation": torch.randn(32, obs_dim, generator=g),
+        "action": torch.rand(32, action_dim, generator=g) * 2 - 1,
+        "next_observation": torch.randn(32, obs_dim, generator=g),
+        "discount": torch.ones(32),
+    }
+
+
+def test_served_weights_are_the_running_mean_then_an_exponential_average() -> None:
+    from rbfm.fb import FBModel, FBTrainer, fb_config
+
+    tau = 0.25  # the plain mean for 4 updates, then an exponential average
+    trainer = FBTrainer(FBModel(17, 6, fb_config("tiny", average_tau=tau)), seed=0)
+    online = dict(trainer.model.named_parameters())
+    names = [k for k, p in online.items() if p.requires_grad]
+    history = [{k: online[k].detach().clone() for k in names}]
+    for i in range(7):
+        trainer.update(_batch(i))
+        history.append({k: online[k].detach().clone() for k in names})
+    expected = {k: torch.stack([h[k] for h in history[1:5]]).mean(0) for k in names}
+    for h in history[5:]:
+        expected = {k: expected[k] + tau * (h[k] - expected[k]) for k in names}
+    with trainer.served() as served:
+        for k in names:
+            torch.testing.assert_close(dict(served.named_parameters())[k], expected[k], msg=k)
+        assert not torch.equal(online[names[0]], history[-1][names[0]])
+    for k in names:  # the online weights are back, bitwise
+        torch.testing.assert_close(online[k], history[-1][k], rtol=0, atol=0, msg=k)
+    assert "target_forward_map" not in " ".join(names)
+
+
+def test_without_averaging_the_online_model_is_served() -> None:
+    from rbfm.fb import FBModel, FBTrainer, fb_config
+
+    trainer = FBTrainer(FBModel(17, 6, fb_config("tiny")), seed=0)
+    trainer.update(_batch(0))
+    with trainer.served() as served:
+        assert served is trainer.model
+    assert trainer.average is None and trainer.schedules == []
+
+
+def test_learning_rates_follow_a_cosine_from_lr_to_lr_end() -> None:
+    from rbfm.fb import FBModel, FBTrainer, fb_config
+
+    cfg = fb_config("tiny", steps=8, lr=1e-3, lr_end=0.1)
+    trainer = FBTrainer(FBModel(17, 6, cfg), seed=0)
+    seen = []
+    for i in range(cfg.steps):
+        seen.append(
+            [g["lr"] for opt in (trainer.fb_opt, trainer.actor_opt) for g in opt.param_groups]
+        )
+        trainer.update(_batch(i))
+    expected = [1e-4 + 0.5 * (1e-3 - 1e-4) * (1 + np.cos(np.pi * t / 8)) for t in range(8)]
+    np.testing.assert_allclose(np.array(seen), np.repeat(np.array(expected)[:, None], 2, 1))
+    assert trainer.fb_opt.param_groups[0]["lr"] == pytest.approx(1e-4)
 
 
 def test_conservative_penalty_is_the_logsumexp_gap_summed_over_heads() -> None:

@@ -28,7 +28,9 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _cfg(dataset: Path, out: Path, steps: int) -> PretrainConfig:
+def _cfg(
+    dataset: Path, out: Path, steps: int, overrides: tuple[tuple[str, float], ...] = ()
+) -> PretrainConfig:
     return PretrainConfig(
         dataset=str(dataset),
         out=str(out),
@@ -37,6 +39,7 @@ def _cfg(dataset: Path, out: Path, steps: int) -> PretrainConfig:
         checkpoint_every=20,
         eval_every=40,
         log_every=10,
+        overrides=overrides,
     )
 
 
@@ -82,8 +85,13 @@ def test_resume_equals_uninterrupted(dataset: Path, tmp_path: Path) -> None:
     assert steps == ["40", "50", "80", "100"]
 
 
-def test_killed_run_resumes_to_the_same_weights(dataset: Path, tmp_path: Path) -> None:
-    whole = pretrain(_cfg(dataset, tmp_path / "whole", 120), progress=False)
+# The second case also carries the learning-rate schedule and the averaged weights
+# (which latest.safetensors then holds) through the kill.
+@pytest.mark.parametrize("overrides", [(), (("lr_end", 0.1), ("average_tau", 0.05))])
+def test_killed_run_resumes_to_the_same_weights(
+    dataset: Path, tmp_path: Path, overrides: tuple[tuple[str, float], ...]
+) -> None:
+    whole = pretrain(_cfg(dataset, tmp_path / "whole", 120, overrides), progress=False)
     run = tmp_path / "killed"
     cmd = [
         sys.executable,
@@ -105,6 +113,7 @@ def test_killed_run_resumes_to_the_same_weights(dataset: Path, tmp_path: Path) -
         "--out",
         str(run),
         "--quiet",
+        *(arg for k, v in overrides for arg in ("--set", f"{k}={v}")),
     ]
     # Same intra-op thread count as this process (conftest): float sums depend on it.
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -117,7 +126,7 @@ def test_killed_run_resumes_to_the_same_weights(dataset: Path, tmp_path: Path) -
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
-    resumed = pretrain(_cfg(dataset, run, 120), progress=False)
+    resumed = pretrain(_cfg(dataset, run, 120, overrides), progress=False)
     _assert_same_weights(whole, resumed)
     steps = [int(r["step"]) for r in _csv(resumed / "train.csv")]
     assert steps == list(range(10, 121, 10))  # no duplicated rows after the resume
@@ -128,6 +137,23 @@ def test_rerun_with_other_settings_is_refused(dataset: Path, tmp_path: Path) -> 
     other = PretrainConfig(dataset=str(dataset), out=str(tmp_path), preset="tiny", seed=3)
     with pytest.raises(ConfigError, match="seed"):
         pretrain(other, progress=False)
+    # A decaying learning rate ties the run to its length; a constant one does not.
+    decaying = (("lr_end", 0.5),)
+    pretrain(_cfg(dataset, tmp_path / "decay", 20, decaying), progress=False)
+    with pytest.raises(ConfigError, match="config"):
+        pretrain(_cfg(dataset, tmp_path / "decay", 40, decaying), progress=False)
+
+
+def test_runs_from_before_a_config_field_existed_still_resume(
+    dataset: Path, tmp_path: Path
+) -> None:
+    run = pretrain(_cfg(dataset, tmp_path, 20), progress=False)
+    ident = json.loads((run / "run.json").read_text())
+    for field in ("lr_end", "average_tau"):  # added after runs were made
+        del ident["config"][field]
+    (run / "run.json").write_text(json.dumps(ident))
+    pretrain(_cfg(dataset, tmp_path, 40), progress=False)
+    assert [r["step"] for r in _csv(run / "eval.csv")] == ["20", "40"]
 
 
 def test_plot_of_a_run(dataset: Path, tmp_path: Path) -> None:

@@ -15,11 +15,11 @@ import numpy as np
 from rbfm.errors import ConfigError, RbfmError
 
 
-def _summary_with_tasks(path: str) -> str:
+def _summary_with_tasks(path: str, progress: bool = True) -> str:
     from rbfm.data import load_dataset, relabel_all
 
     ds = load_dataset(path)
-    rewards = relabel_all(ds, ds.domain.name)
+    rewards = relabel_all(ds, ds.domain.name, progress)
     lines = [ds.summary(), "relabelled rewards (mean per step, mean episode return):"]
     for task, r in rewards.items():
         lines.append(f"  {task:<14} {r.mean():.4f}   {ds.episode_returns(r).mean():8.1f}")
@@ -61,7 +61,7 @@ def _cmd_collect(args: argparse.Namespace) -> None:
     start = time.perf_counter()
     buffer = collect(cfg, progress=not args.quiet)
     print(f"collected into {buffer} in {time.perf_counter() - start:.1f} s")
-    print(_summary_with_tasks(str(buffer)))
+    print(_summary_with_tasks(str(buffer), progress=not args.quiet))
 
 
 def _cmd_info(args: argparse.Namespace) -> None:
@@ -82,7 +82,7 @@ def _cmd_envs(args: argparse.Namespace) -> None:
                 print(f"  {family:<19} {p.unit:<17} {p.field:<34} levels: {levels}")
 
 
-def _assignments(items: list[str]) -> list[tuple[str, Any]]:
+def parse_assignments(items: list[str]) -> list[tuple[str, Any]]:
     """KEY=VALUE pairs; VALUE is read as JSON (numbers, lists, true) or else a string."""
     pairs = []
     for item in items:
@@ -115,7 +115,7 @@ def _cmd_pretrain(args: argparse.Namespace) -> None:
         checkpoint_every=args.checkpoint_every,
         workers=args.workers,
         log_every=args.log_every,
-        overrides=tuple(_assignments(args.set)),
+        overrides=tuple(parse_assignments(args.set)),
     )
     if args.threads is not None:
         import torch

@@ -172,7 +172,10 @@ def _read_all(files: list[Path], domain: DomainSpec) -> list[dict[str, np.ndarra
     # zlib releases the GIL, so threads decompress episodes in parallel.
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         results = pool.map(lambda f: read_episode(f, domain), files)
-        return list(tqdm(results, total=len(files), desc="reading episodes", unit="ep"))
+        # disable=None: a bar on a terminal, none in log files.
+        return list(
+            tqdm(results, total=len(files), desc="reading episodes", unit="ep", disable=None)
+        )
 
 
 def _load_cache(cache: Path, manifest: dict[str, object]) -> dict[str, np.ndarray] | None:

@@ -77,10 +77,11 @@ def shipped_model(domain: str, dataset: str | None = None) -> Path | None:
     """The stem of the model shipped in the package for a domain (and data label), if any.
 
     Files are named `<domain>_<label>.json`; a label naming the dataset (`walker_aps`)
-    is preferred, else the domain's first model in name order.
+    is preferred, RND's (the paper's main data) when none is asked for, else the
+    domain's first model in name order.
     """
     found = sorted(ASSETS.glob(f"{domain}_*.json"))
-    preferred = [p for p in found if dataset and p.stem == f"{domain}_{dataset}"]
+    preferred = [p for p in found if p.stem == f"{domain}_{dataset or 'rnd'}"]
     if dataset and dataset != "rnd" and not preferred:
         return None  # a labelled dataset (aps, rnd-100k...) needs its own model
     chosen = preferred or found

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import copy
 import math
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 import torch
 from torch import nn
@@ -100,6 +101,22 @@ class FBTrainer:
             *model.target_forward_map.parameters(),
             *model.target_backward_map.parameters(),
         ]
+        self.updates = 0
+        self.schedules = (
+            [
+                torch.optim.lr_scheduler.CosineAnnealingLR(
+                    opt, T_max=self.cfg.steps, eta_min=self.cfg.lr * self.cfg.lr_end
+                )
+                for opt in (self.fb_opt, self.actor_opt)
+            ]
+            if self.cfg.lr_end < 1
+            else []
+        )
+        # Everything evaluation and export read; averaged when average_tau > 0.
+        self._served: list[torch.Tensor] = [p for p in model.parameters() if p.requires_grad]
+        self.average: list[torch.Tensor] | None = (
+            [p.detach().clone() for p in self._served] if self.cfg.average_tau > 0 else None
+        )
 
     def sample_z(self, next_obs: torch.Tensor) -> torch.Tensor:
         """Uniform on the sqrt(d) sphere, or with probability z_mix_ratio B(s') of a
@@ -154,6 +171,12 @@ class FBTrainer:
 
         with torch.no_grad():
             torch._foreach_lerp_(self._target, self._online, cfg.tau)
+            self.updates += 1
+            if self.average is not None:
+                weight = max(cfg.average_tau, 1 / self.updates)
+                torch._foreach_lerp_(self.average, self._served, weight)
+        for schedule in self.schedules:
+            schedule.step()
         return {
             "fb_offdiag": off.detach(),
             "fb_diag": diag.detach(),
@@ -187,14 +210,41 @@ class FBTrainer:
         q = (f * z_k).sum(-1).unflatten(1, (k, n))
         return conservative_penalty(q, q_data)
 
+    @contextmanager
+    def served(self) -> Iterator[FBModel]:
+        """The model with its averaged weights in place (the online ones without
+        averaging); the online weights come back bitwise on exit."""
+        if self.average is None:
+            yield self.model
+            return
+        with torch.no_grad():
+            online = [p.detach().clone() for p in self._served]
+            torch._foreach_copy_(self._served, self.average)
+        try:
+            yield self.model
+        finally:
+            with torch.no_grad():
+                torch._foreach_copy_(self._served, online)
+
     def state_dict(self) -> dict[str, object]:
-        return {
+        state: dict[str, object] = {
             "fb_opt": self.fb_opt.state_dict(),
             "actor_opt": self.actor_opt.state_dict(),
             "gen": self.gen.get_state(),
+            "updates": self.updates,
+            "schedules": [s.state_dict() for s in self.schedules],
         }
+        if self.average is not None:
+            state["average"] = self.average
+        return state
 
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.fb_opt.load_state_dict(state["fb_opt"])  # type: ignore[arg-type]
         self.actor_opt.load_state_dict(state["actor_opt"])  # type: ignore[arg-type]
         self.gen.set_state(state["gen"])  # type: ignore[arg-type]
+        # Runs saved before these fields existed had neither schedule nor average.
+        self.updates = int(state.get("updates", 0))  # type: ignore[call-overload]
+        for schedule, saved in zip(self.schedules, state.get("schedules", []), strict=True):  # type: ignore[call-overload]
+            schedule.load_state_dict(saved)
+        if self.average is not None:
+            torch._foreach_copy_(self.average, state["average"])  # type: ignore[arg-type]

@@ -73,11 +73,11 @@ class PretrainConfig:
 def _identity(
     cfg: PretrainConfig, fb: FBConfig, domain: str, dataset: Path, m: int
 ) -> dict[str, Any]:
-    model_cfg = {
-        k: v
-        for k, v in fb.to_json().items()
-        if k not in ("steps", "eval_every", "eval_episodes", "checkpoint_every")
-    }
+    # A run can be extended with a larger --steps, unless its learning rate decays over them.
+    free = {"eval_every", "eval_episodes", "checkpoint_every"}
+    if fb.lr_end == 1:
+        free.add("steps")
+    model_cfg = {k: v for k, v in fb.to_json().items() if k not in free}
     return {
         "dataset": str(dataset.resolve()),
         "domain": domain,
@@ -92,6 +92,9 @@ def _check_identity(run: Path, ident: dict[str, Any]) -> None:
     path = run / "run.json"
     if path.exists():
         before = json.loads(path.read_text())
+        # Fields added to FBConfig later are at their defaults in older runs.
+        defaults = json.loads(json.dumps(FBConfig().to_json()))
+        before["config"] = {k: defaults[k] for k in ident["config"]} | before.get("config", {})
         diff = sorted(k for k in ident if before.get(k) != ident[k])
         if diff:
             raise ConfigError(
@@ -185,13 +188,14 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
     def evaluate(engine: RolloutEngine) -> tuple[float, dict[str, list[float]]]:
         """IQM over all tasks' episodes, and the tasks' reward-inferred z."""
         # All tasks in one lockstep batch: one policy call per step serves every episode.
-        model.eval()
         k = fb.eval_episodes
-        z = torch.stack([infer_z(model, eval_obs, eval_rewards[t]) for t in tasks])
-        specs = [EnvSpec(domain, t) for t in tasks for _ in range(k)]
-        result = engine.run(specs, policy(model, z.repeat_interleave(k, 0)), seed=EVAL_SEED)
+        with trainer.served() as served:
+            served.eval()
+            z = torch.stack([infer_z(served, eval_obs, eval_rewards[t]) for t in tasks])
+            specs = [EnvSpec(domain, t) for t in tasks for _ in range(k)]
+            result = engine.run(specs, policy(served, z.repeat_interleave(k, 0)), seed=EVAL_SEED)
+            served.train()
         returns = {t: result.returns[i * k : (i + 1) * k] for i, t in enumerate(tasks)}
-        model.train()
         score = iqm(np.concatenate(list(returns.values())))
         eval_log.write(
             {"step": step, "iqm": score, **{t: float(r.mean()) for t, r in returns.items()}}
@@ -202,7 +206,8 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
         return score, {t: z[i].tolist() for i, t in enumerate(tasks)}
 
     def checkpoint() -> None:
-        save_checkpoint(run / "latest", model, {**meta, "step": step})
+        with trainer.served() as served:
+            save_checkpoint(run / "latest", served, {**meta, "step": step})
         _atomic_save(
             {
                 "step": step,
@@ -252,9 +257,12 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
                     best = {"iqm": score, "step": step}
                     # The tasks' z travel with the model: demonstrations can then be
                     # generated without the dataset (e.g. from a shipped checkpoint).
-                    save_checkpoint(
-                        run / "best", model, {**meta, "step": step, "iqm": score, "task_z": task_z}
-                    )
+                    with trainer.served() as served:
+                        save_checkpoint(
+                            run / "best",
+                            served,
+                            {**meta, "step": step, "iqm": score, "task_z": task_z},
+                        )
                 tick = time.perf_counter()  # evaluation time is not training time
             if step % fb.checkpoint_every == 0 or step == fb.steps:
                 checkpoint()
