@@ -81,15 +81,30 @@ def test_wrong_domain_and_shapes(saved: Path) -> None:
         load_checkpoint(saved)
 
 
-def test_export_keeps_weights_and_description(saved: Path, tmp_path: Path) -> None:
+def test_export_keeps_weights_and_description_without_the_targets(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
     from rbfm.fb.checkpoint import export_checkpoint
 
-    stem = export_checkpoint(saved, tmp_path / "ref" / "model.json", {"task_z": {"run": [1.0]}})
-    original, meta = load_checkpoint(saved)
+    torch.manual_seed(0)
+    trained = FBModel(17, 6, fb_config("tiny"))
+    with torch.no_grad():  # online weights that have moved away from their targets
+        for p in [*trained.forward_map.parameters(), *trained.backward_map.parameters()]:
+            p.add_(0.1)
+    save_checkpoint(tmp_path / "best", trained, {"domain": "cheetah", "step": 7})
+    stem = export_checkpoint(tmp_path, tmp_path / "ref" / "model.json", {"task_z": {"run": [1]}})
+    original, meta = load_checkpoint(tmp_path)
     copy, exported = load_checkpoint(stem)
-    assert exported["step"] == meta["step"] == 7 and exported["task_z"] == {"run": [1.0]}
+    assert exported["step"] == meta["step"] == 7 and exported["task_z"] == {"run": [1]}
+    stored = load_file(str(stem.with_suffix(".safetensors")))
+    assert not [k for k in stored if k.startswith("target_")]
+    online = original.state_dict()
     for k, v in copy.state_dict().items():
-        torch.testing.assert_close(v, original.state_dict()[k], rtol=0, atol=0)
+        # A loaded export's targets are copies of its F and B.
+        torch.testing.assert_close(v, online[k.removeprefix("target_")], rtol=0, atol=0)
+    assert not torch.equal(
+        online["target_forward_map.sa.0.weight"], online["forward_map.sa.0.weight"]
+    )
 
 
 def test_exported_models_carry_no_machine_paths_and_ask_for_their_data(tmp_path: Path) -> None:

@@ -46,6 +46,7 @@ def _atomic_write(path: Path, write: Any) -> None:
 
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
+_TARGETS = ("target_forward_map.", "target_backward_map.")
 
 
 def resolve(path: str | os.PathLike[str]) -> Path:
@@ -88,10 +89,18 @@ def shipped_model(domain: str, dataset: str | None = None) -> Path | None:
     return chosen[0].with_suffix("") if chosen else None
 
 
-def save_checkpoint(stem: Path, model: FBModel, meta: dict[str, Any]) -> None:
-    """Writes `stem.safetensors` then `stem.json` (which names the weights' hash)."""
+def save_checkpoint(stem: Path, model: FBModel, meta: dict[str, Any], targets: bool = True) -> None:
+    """Writes `stem.safetensors` then `stem.json` (which names the weights' hash).
+
+    targets=False leaves out the target networks (40% of the file): nothing but
+    training reads them, and a model loaded without them gets copies of F and B.
+    """
     weights = stem.with_suffix(".safetensors")
-    state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    state = {
+        k: v.detach().cpu().contiguous()
+        for k, v in model.state_dict().items()
+        if targets or not k.startswith(_TARGETS)
+    }
     _atomic_write(weights, lambda p: save_file(state, str(p)))
     info = {
         "format": FORMAT,
@@ -143,6 +152,12 @@ def load_checkpoint(
     except (SafetensorError, OSError) as e:
         raise CheckpointError(f"{weights}: unreadable safetensors file ({e})") from e
     model = FBModel(meta["obs_dim"], meta["action_dim"], FBConfig.from_json(meta["config"]))
+    if not any(k.startswith(_TARGETS) for k in state):  # an export: targets = online nets
+        state |= {
+            f"target_{k}": v
+            for k, v in state.items()
+            if k.startswith(("forward_map.", "backward_map."))
+        }
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     found = {k: tuple(v.shape) for k, v in state.items()}
     if expected != found:
@@ -174,7 +189,7 @@ def export_checkpoint(
         if path is not None:
             data.setdefault("name", _dataset_name(Path(path)))
         keep["dataset"] = data
-    save_checkpoint(stem, model, {**keep, **extra})
+    save_checkpoint(stem, model, {**keep, **extra}, targets=False)
     return stem
 
 
