@@ -12,6 +12,11 @@ mean action through rbfm's RolloutEngine from the same initial states (EVAL_SEED
 ms/update counts the updates only (batch gathering included, evaluation not); metamotivo's
 first update pays a one-off ~1 s (its first torch.compiler call), noise in short runs only.
 
+Resumable: after every evaluation each (impl, seed) saves its weights, optimisers and
+random generators to `OUT.state/`; rerun the same command and it goes on from there
+(a finished (impl, seed) is skipped; other arguments are refused). On CPU with the same
+thread count a resumed run's rows equal an uninterrupted one's.
+
 `metamotivo` is facebookresearch/metamotivo's FBAgent with the rbfm preset's sizes and
 hyperparameters, and its knobs set so that its objective is rbfm's: TD target and actor
 on the min of the two F heads, orthonormality weighted as rbfm weighs it. What then
@@ -40,6 +45,7 @@ import contextlib
 import csv
 import dataclasses
 import io
+import json
 import os
 import time
 from pathlib import Path
@@ -79,6 +85,8 @@ class Batches:
 class Learner(Protocol):
     def update(self, step: int) -> None: ...
     def served(self) -> contextlib.AbstractContextManager[object]: ...
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
     def backward(self, obs: torch.Tensor) -> torch.Tensor: ...
     def act(self, obs: torch.Tensor, z: torch.Tensor) -> torch.Tensor: ...
 
@@ -96,6 +104,13 @@ class RbfmLearner:
     def served(self) -> contextlib.AbstractContextManager[object]:
         """The weights evaluation reads: averaged ones when average_tau > 0."""
         return self.trainer.served()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "trainer": self.trainer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.trainer.load_state_dict(state["trainer"])
 
     @torch.no_grad()
     def backward(self, obs: torch.Tensor) -> torch.Tensor:
@@ -212,6 +227,21 @@ class MetamotivoLearner:
     def served(self) -> contextlib.AbstractContextManager[object]:
         return contextlib.nullcontext()
 
+    _OPTIMIZERS = ("actor_optimizer", "backward_optimizer", "forward_optimizer")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.agent._model.state_dict(),
+            **{k: getattr(self.agent, k).state_dict() for k in self._OPTIMIZERS},
+            "rng": torch.get_rng_state(),  # its update noise and z come from the global one
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.agent._model.load_state_dict(state["model"])
+        for k in self._OPTIMIZERS:
+            getattr(self.agent, k).load_state_dict(state[k])
+        torch.set_rng_state(state["rng"])
+
     def backward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.agent._model.backward_map(obs)  # no_grad, already on the sqrt(d) sphere
 
@@ -247,6 +277,42 @@ def evaluate(
         specs = [EnvSpec(domain, t) for t in tasks for _ in range(episodes)]
         returns = engine.run(specs, act, seed=EVAL_SEED).returns
         return {t: returns[i * episodes : (i + 1) * episodes] for i, t in enumerate(tasks)}
+
+
+def _state_dir(out: Path, args: dict[str, Any]) -> Path:
+    """`OUT.state/`, tied to the arguments that decide the rows (not seeds nor impls)."""
+    same = {k: v for k, v in args.items() if k not in ("seeds", "impl", "threads", "out")}
+    state = out.with_name(out.name + ".state")
+    state.mkdir(parents=True, exist_ok=True)
+    path = state / "args.json"
+    if path.exists():
+        before = json.loads(path.read_text())
+        diff = sorted(k for k in same.keys() | before.keys() if before.get(k) != same.get(k))
+        if diff:
+            raise SystemExit(
+                f"{out} holds a run with other arguments ({', '.join(diff)}); rerun the same "
+                "command to resume, or choose another --out"
+            )
+    else:
+        path.write_text(json.dumps(same, indent=2))
+    return state
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        rows: list[dict[str, Any]] = list(csv.DictReader(f))
+    for r in rows:
+        for k, v in r.items():
+            r[k] = v if k == "impl" else int(v) if k in ("seed", "updates") else float(v)
+    return rows
+
+
+def _atomic_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.part")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
 
 
 def _sync(device: torch.device) -> None:
@@ -339,7 +405,9 @@ def main() -> None:
             for note in metamotivo_config(cfg, dims, device, impl == "metamotivo-dmc")[1]:
                 print(f"  {note}")
 
-    rows: list[dict[str, Any]] = []
+    out = Path(args.out)
+    state_dir = _state_dir(out, vars(args))
+    rows = _read_rows(out)
     tasks: list[str] = []
     with RolloutEngine(workers=0) as engine:
         for seed in args.seeds:
@@ -355,7 +423,19 @@ def main() -> None:
                 else:
                     config = metamotivo_config(cfg, dims, device, impl == "metamotivo-dmc")[0]
                     learner = MetamotivoLearner(config, seed, batches)
+                saved = state_dir / f"{impl}-s{seed}.pt"
                 step, seconds = 0, 0.0
+                if saved.exists():
+                    state = torch.load(saved, map_location=device, weights_only=True)
+                    learner.load_state_dict(state["learner"])
+                    batches.gen.set_state(state["batches"])
+                    step, seconds = state["step"], state["seconds"]
+                # Rows after the saved step were written by a run killed before saving.
+                rows = [
+                    r
+                    for r in rows
+                    if (r["impl"], r["seed"]) != (impl, seed) or r["updates"] <= step
+                ]
                 while step < cfg.steps:
                     block = min(cfg.eval_every, cfg.steps - step)
                     start = time.perf_counter()
@@ -374,7 +454,16 @@ def main() -> None:
                         **{t: float(r.mean()) for t, r in returns.items()},
                     }
                     rows.append(row)
-                    write_csv(rows, Path(args.out))  # every evaluation: a killed run keeps its rows
+                    write_csv(rows, out)  # every evaluation: a killed run keeps its rows
+                    _atomic_save(
+                        {
+                            "learner": learner.state_dict(),
+                            "batches": batches.gen.get_state(),
+                            "step": step,
+                            "seconds": seconds,
+                        },
+                        saved,
+                    )
                     print(
                         f"{impl:<18} seed {seed} {step:>8} updates  IQM {row['iqm']:7.1f}  "
                         f"{row['ms_per_update']:6.1f} ms/update",
