@@ -157,7 +157,9 @@ def metamotivo_config(
     c = FBAgentConfig()
     m, a, t = c.model, c.model.archi, c.train
     m.obs_dim, m.action_dim, m.device = *dims, device.type
-    m.norm_obs = False  # as its DMC example; rbfm has no observation normaliser
+    # Its normaliser is a BatchNorm (running statistics, momentum 0.01); rbfm's uses the
+    # data's mean and std. Off in its DMC example and in rbfm's presets.
+    m.norm_obs = cfg.obs_norm
     m.actor_std, t.stddev_clip = cfg.actor_noise, cfg.actor_noise_clip
     a.z_dim, a.norm_z, a.b.norm = cfg.z_dim, True, True
     # metamotivo's embeddings are [Linear-LN-Tanh, (Linear-ReLU)*, Linear(h, h/2)-ReLU] and
@@ -206,6 +208,11 @@ def metamotivo_config(
     if cfg.average_tau > 0:
         notes.append(
             f"~ rbfm: evaluates weights averaged at tau {cfg.average_tau} (metamotivo: online)"
+        )
+    if cfg.obs_norm:
+        notes.append(
+            "~ observations standardised: rbfm by the data's statistics, "
+            "metamotivo by a BatchNorm's running ones"
         )
     if cfg.conservative_coef > 0:
         notes.append(f"~ rbfm: value conservatism {cfg.conservative_coef} (metamotivo: none)")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -319,3 +320,39 @@ def test_the_conservative_penalty_lowers_the_value_of_unseen_actions() -> None:
         gaps.append(float(((f_uniform - f_data) * z).sum(-1).mean()))
     # Measured: 0.21 without the penalty, -0.13 with it.
     assert gaps[0] > 0.1 and gaps[1] < -0.05, gaps
+
+
+def test_observation_normaliser_feeds_every_network_standardised_states(tmp_path: Path) -> None:
+    from rbfm.fb import FBModel, fb_config
+    from rbfm.fb.checkpoint import export_checkpoint, load_checkpoint, save_checkpoint
+
+    g = torch.Generator().manual_seed(0)
+    mean, std = torch.randn(17, generator=g), torch.rand(17, generator=g) + 0.5
+    std[3] = 0.0  # a constant feature keeps a scale of 1
+    torch.manual_seed(0)
+    normed = FBModel(17, 6, fb_config("tiny", obs_norm=True))
+    normed.set_obs_stats(mean, std)
+    plain = FBModel(17, 6, fb_config("tiny"))
+    missing = plain.load_state_dict(normed.state_dict(), strict=False)
+    assert missing.missing_keys == [] and all(".norm." in k for k in missing.unexpected_keys)
+    obs, z = torch.randn(5, 17, generator=g) * 10, torch.randn(5, 8, generator=g)
+    action = torch.rand(5, 6, generator=g)
+    scale = torch.where(std > 0, std, torch.ones(17))
+    x = (obs - mean) / scale
+    with torch.no_grad():
+        torch.testing.assert_close(normed.actor(obs, z), plain.actor(x, z))
+        torch.testing.assert_close(normed.backward_map(obs), plain.backward_map(x))
+        torch.testing.assert_close(
+            normed.forward_map(obs, action, z), plain.forward_map(x, action, z)
+        )
+        torch.testing.assert_close(normed.target_backward_map(obs), plain.target_backward_map(x))
+    # The statistics travel with the weights, exported (no targets) or not.
+    save_checkpoint(tmp_path / "best", normed, {"domain": "cheetah", "step": 1})
+    stem = export_checkpoint(tmp_path, tmp_path / "export", {})
+    for path in (tmp_path, stem):
+        loaded, _ = load_checkpoint(path)
+        with torch.no_grad():
+            torch.testing.assert_close(loaded.actor(obs, z), normed.actor(obs, z))
+            torch.testing.assert_close(loaded.target_forward_map.norm.std, scale)
+    with pytest.raises(ValueError, match="no observation normaliser"):
+        plain.set_obs_stats(mean, std)

@@ -29,7 +29,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _cfg(
-    dataset: Path, out: Path, steps: int, overrides: tuple[tuple[str, float], ...] = ()
+    dataset: Path, out: Path, steps: int, overrides: tuple[tuple[str, float | bool], ...] = ()
 ) -> PretrainConfig:
     return PretrainConfig(
         dataset=str(dataset),
@@ -316,3 +316,15 @@ def test_quickstart_pipeline_on_a_tiny_model(dataset: Path, tmp_path: Path) -> N
     assert {r.seeds for r in rows} == {2}
     for name in ("sweep.csv", "sweep.png", "summary.json"):
         assert (tmp_path / "qs" / name).stat().st_size > 0
+
+
+def test_observation_statistics_come_from_the_training_data(dataset: Path, tmp_path: Path) -> None:
+    from rbfm.data import load_dataset
+    from rbfm.fb.checkpoint import load_checkpoint
+
+    run = pretrain(_cfg(dataset, tmp_path, 20, (("obs_norm", True),)), progress=False)
+    model, _ = load_checkpoint(run / "latest")
+    obs = torch.as_tensor(load_dataset(str(dataset)).transitions().observation)
+    for net in (model.actor, model.backward_map, model.forward_map, model.target_forward_map):
+        torch.testing.assert_close(net.norm.mean, obs.mean(0))  # type: ignore[arg-type]
+        torch.testing.assert_close(net.norm.std, obs.std(0))  # type: ignore[arg-type]

@@ -52,6 +52,10 @@ class FBConfig:
     # updates the average is the plain mean of all weights so far, so early evaluations
     # are not pulled toward the initialisation.
     average_tau: float = 0.0
+    # Standardise every network's observation input by the training data's mean and std
+    # (stored with the weights; the paper and ExORL feed raw observations). Quadruped's
+    # accelerometer reads up to ~650 where most features stay within 1-20.
+    obs_norm: bool = False
 
     def __post_init__(self) -> None:
         for name in ("target_pessimism", "actor_pessimism"):

@@ -19,7 +19,7 @@ from rbfm.fb.losses import (
     pessimistic,
     reward_z,
 )
-from rbfm.fb.networks import Actor, BackwardMap, ForwardMap, project
+from rbfm.fb.networks import Actor, BackwardMap, ForwardMap, ObsNorm, project
 
 
 def noisy(mu: torch.Tensor, std: float, clip: float, gen: torch.Generator | None) -> torch.Tensor:
@@ -48,8 +48,9 @@ class FBModel(nn.Module):
             cfg.preprocessor_hidden,
             cfg.embed_dim,
             heads=2,
+            normalise=cfg.obs_norm,
         )
-        self.backward_map = BackwardMap(obs_dim, cfg.z_dim, cfg.backward_hidden)
+        self.backward_map = BackwardMap(obs_dim, cfg.z_dim, cfg.backward_hidden, cfg.obs_norm)
         self.actor = Actor(
             obs_dim,
             action_dim,
@@ -57,9 +58,21 @@ class FBModel(nn.Module):
             cfg.actor_hidden,
             cfg.preprocessor_hidden,
             cfg.embed_dim,
+            cfg.obs_norm,
         )
         self.target_forward_map = copy.deepcopy(self.forward_map).requires_grad_(False)
         self.target_backward_map = copy.deepcopy(self.backward_map).requires_grad_(False)
+
+    @torch.no_grad()
+    def set_obs_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        """Every network's (targets' too) observation statistics; needs cfg.obs_norm.
+        Features that do not vary in the data keep a scale of 1."""
+        norms = [m for m in self.modules() if isinstance(m, ObsNorm)]
+        if not norms:
+            raise ValueError("set_obs_stats: this model has no observation normaliser")
+        for norm in norms:
+            norm.mean.copy_(mean)
+            norm.std.copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
 
     @property
     def radius(self) -> float:

@@ -50,6 +50,26 @@ class ParallelLayerNorm(nn.Module):
         return torch.addcmul(self.bias, F.layer_norm(x, (self.dim,)), self.weight)
 
 
+class ObsNorm(nn.Module):
+    """(s - mean) / std with the training data's statistics, kept as buffers so that
+    they travel with the weights (`FBModel.set_obs_stats`)."""
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def __init__(self, obs_dim: int) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(obs_dim))
+        self.register_buffer("std", torch.ones(obs_dim))
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return (obs - self.mean) / self.std
+
+
+def obs_norm(obs_dim: int, enabled: bool) -> nn.Module:
+    return ObsNorm(obs_dim) if enabled else nn.Identity()
+
+
 def mlp(inp: int, hidden: tuple[int, ...], out: int, parallel: int = 0) -> nn.Sequential:
     """Linear-LayerNorm-Tanh, then Linear-ReLU per further hidden layer, then Linear;
     orthogonal weights, zero biases.
@@ -88,14 +108,17 @@ class ForwardMap(nn.Module):
         preprocessor: tuple[int, ...],
         embed: int,
         heads: int,
+        normalise: bool = False,
     ) -> None:
         super().__init__()
         self.heads = heads
+        self.norm = obs_norm(obs_dim, normalise)
         self.sa = mlp(obs_dim + action_dim, preprocessor, embed, parallel=heads)
         self.sz = mlp(obs_dim + z_dim, preprocessor, embed, parallel=heads)
         self.head = mlp(2 * embed, hidden, z_dim, parallel=heads)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        obs = self.norm(obs)
         sa = torch.cat([obs, action], -1).expand(self.heads, -1, -1)
         sz = torch.cat([obs, z], -1).expand(self.heads, -1, -1)
         return self.head(torch.cat([self.sa(sa), self.sz(sz)], -1))  # type: ignore[no-any-return]
@@ -104,13 +127,16 @@ class ForwardMap(nn.Module):
 class BackwardMap(nn.Module):
     """B(s) on the sphere of radius sqrt(d)."""
 
-    def __init__(self, obs_dim: int, z_dim: int, hidden: tuple[int, ...]) -> None:
+    def __init__(
+        self, obs_dim: int, z_dim: int, hidden: tuple[int, ...], normalise: bool = False
+    ) -> None:
         super().__init__()
+        self.norm = obs_norm(obs_dim, normalise)
         self.net = mlp(obs_dim, hidden, z_dim)
         self.radius = math.sqrt(z_dim)
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return project(self.net(obs), self.radius)
+        return project(self.net(self.norm(obs)), self.radius)
 
 
 class Actor(nn.Module):
@@ -124,20 +150,22 @@ class Actor(nn.Module):
         hidden: tuple[int, ...],
         preprocessor: tuple[int, ...],
         embed: int,
+        normalise: bool = False,
     ) -> None:
         super().__init__()
+        self.norm = obs_norm(obs_dim, normalise)
         self.s = mlp(obs_dim, preprocessor, embed)
         self.sz = mlp(obs_dim + z_dim, preprocessor, embed)
         self.head = mlp(2 * embed, hidden, action_dim)
 
     def embed_state(self, obs: torch.Tensor) -> torch.Tensor:
         """The z-independent part, computed once when z is optimised over fixed states."""
-        return self.s(obs)  # type: ignore[no-any-return]
+        return self.s(self.norm(obs))  # type: ignore[no-any-return]
 
     def from_embedding(
         self, s_embed: torch.Tensor, obs: torch.Tensor, z: torch.Tensor
     ) -> torch.Tensor:
-        h = torch.cat([s_embed, self.sz(torch.cat([obs, z], -1))], -1)
+        h = torch.cat([s_embed, self.sz(torch.cat([self.norm(obs), z], -1))], -1)
         return torch.tanh(self.head(h))
 
     def forward(self, obs: torch.Tensor, z: torch.Tensor) -> torch.Tensor:

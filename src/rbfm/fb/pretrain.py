@@ -156,6 +156,9 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
 
     torch.manual_seed(cfg.seed)
     model = FBModel(ds.domain.obs_dim, ds.domain.action_dim, fb).to(device)
+    if fb.obs_norm:  # from the transitions trained on; a resumed run loads the same ones
+        obs = tensors["observation"]
+        model.set_obs_stats(obs.mean(0), obs.std(0))
     trainer = FBTrainer(model, cfg.seed)
     step, best = 0, {"iqm": -np.inf, "step": 0}
     resume = run / "resume.pt"
