@@ -59,7 +59,7 @@ from rbfm.data import Transitions, load_dataset
 from rbfm.device import pick_device
 from rbfm.evaluation import EnvSpec, RolloutEngine, iqm, mean_ci
 from rbfm.fb import FB_PRESETS, FBConfig, FBModel, FBTrainer, fb_config, reward_z
-from rbfm.fb.pretrain import EVAL_SEED
+from rbfm.fb.pretrain import EVAL_SEED, atomic_save
 from rbfm.fb.zero_shot import labelled_states
 
 IMPLS = ("rbfm", "metamotivo", "metamotivo-dmc")
@@ -316,12 +316,6 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _atomic_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.part")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -462,7 +456,7 @@ def main() -> None:
                     }
                     rows.append(row)
                     write_csv(rows, out)  # every evaluation: a killed run keeps its rows
-                    _atomic_save(
+                    atomic_save(
                         {
                             "learner": learner.state_dict(),
                             "batches": batches.gen.get_state(),

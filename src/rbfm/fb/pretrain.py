@@ -128,7 +128,8 @@ class _Csv:
             csv.DictWriter(f, self.fields).writerow(row)
 
 
-def _atomic_save(obj: Any, path: Path) -> None:
+def atomic_save(obj: Any, path: Path) -> None:
+    """torch.save through a temporary file: a killed process never leaves half a file."""
     tmp = path.with_name(f".{path.name}.part")
     torch.save(obj, tmp)
     os.replace(tmp, path)
@@ -211,7 +212,7 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
     def checkpoint() -> None:
         with trainer.served() as served:
             save_checkpoint(run / "latest", served, {**meta, "step": step})
-        _atomic_save(
+        atomic_save(
             {
                 "step": step,
                 "model": model.state_dict(),
