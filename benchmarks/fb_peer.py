@@ -45,7 +45,6 @@ import contextlib
 import csv
 import dataclasses
 import io
-import json
 import os
 import time
 from pathlib import Path
@@ -57,10 +56,12 @@ import torch
 from rbfm.cli import parse_assignments
 from rbfm.data import Transitions, load_dataset
 from rbfm.device import pick_device
+from rbfm.errors import ConfigError
 from rbfm.evaluation import EnvSpec, RolloutEngine, iqm, mean_ci
 from rbfm.fb import FB_PRESETS, FBConfig, FBModel, FBTrainer, fb_config, reward_z
 from rbfm.fb.pretrain import EVAL_SEED, atomic_save
 from rbfm.fb.zero_shot import labelled_states
+from rbfm.run_identity import bind_identity
 
 IMPLS = ("rbfm", "metamotivo", "metamotivo-dmc")
 MISSING = "metamotivo not installed: see docstring for the throwaway virtualenv"
@@ -291,17 +292,10 @@ def _state_dir(out: Path, args: dict[str, Any]) -> Path:
     same = {k: v for k, v in args.items() if k not in ("seeds", "impl", "threads", "out")}
     state = out.with_name(out.name + ".state")
     state.mkdir(parents=True, exist_ok=True)
-    path = state / "args.json"
-    if path.exists():
-        before = json.loads(path.read_text())
-        diff = sorted(k for k in same.keys() | before.keys() if before.get(k) != same.get(k))
-        if diff:
-            raise SystemExit(
-                f"{out} holds a run with other arguments ({', '.join(diff)}); rerun the same "
-                "command to resume, or choose another --out"
-            )
-    else:
-        path.write_text(json.dumps(same, indent=2))
+    try:
+        bind_identity(state / "args.json", same, "benchmark run")
+    except ConfigError as e:
+        raise SystemExit(str(e)) from None
     return state
 
 

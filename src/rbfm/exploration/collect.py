@@ -36,6 +36,7 @@ from rbfm.exploration.ddpg import DDPGAgent
 from rbfm.exploration.proto import ProtoAgent, proto_config
 from rbfm.exploration.replay import EpisodeReplay
 from rbfm.exploration.rnd import RNDAgent, rnd_config
+from rbfm.run_identity import bind_identity
 
 AGENTS = ("random", "rnd", "aps", "proto")
 STATE_FILE = "collect_state.pt"
@@ -128,22 +129,6 @@ class CollectConfig:
         }
 
 
-def _check_identity(algo_dir: Path, cfg: CollectConfig) -> None:
-    path = algo_dir / CONFIG_FILE
-    ident = cfg.identity()
-    if path.exists():
-        before = json.loads(path.read_text())
-        diff = {k: (before.get(k), v) for k, v in ident.items() if before.get(k) != v}
-        if diff:
-            listing = ", ".join(f"{k}: was {a!r}, now {b!r}" for k, (a, b) in diff.items())
-            raise ConfigError(
-                f"{algo_dir} holds a collection made with other settings ({listing}); "
-                "rerun with the same arguments to resume, or choose another --out"
-            )
-    else:
-        path.write_text(json.dumps(ident, indent=2))
-
-
 def _existing(buffer: Path) -> dict[int, Path]:
     found: dict[int, Path] = {}
     for f in episode_files(buffer):
@@ -200,7 +185,7 @@ def collect(cfg: CollectConfig, progress: bool = True) -> Path:
     algo_dir = Path(cfg.out) / cfg.domain / cfg.agent
     buffer = algo_dir / "buffer"
     buffer.mkdir(parents=True, exist_ok=True)
-    _check_identity(algo_dir, cfg)
+    bind_identity(algo_dir / CONFIG_FILE, cfg.identity(), "collection")
     for tmp in buffer.glob(f".*{TMP_SUFFIX}"):
         tmp.unlink()  # half-written episodes of a killed run
     length = spec.episode_length

@@ -29,12 +29,12 @@ from tqdm import tqdm
 
 from rbfm.data import load_dataset
 from rbfm.device import pick_device
-from rbfm.errors import ConfigError
 from rbfm.evaluation import EnvSpec, RolloutEngine, iqm
 from rbfm.fb.checkpoint import save_checkpoint
 from rbfm.fb.config import FBConfig, fb_config
 from rbfm.fb.model import FBModel, FBTrainer
 from rbfm.fb.zero_shot import infer_z, labelled_states, policy
+from rbfm.run_identity import bind_identity
 
 EVAL_SEED = 1_000_003  # evaluation episodes use fixed initial states, separate from training
 
@@ -88,21 +88,11 @@ def _identity(
     }
 
 
-def _check_identity(run: Path, ident: dict[str, Any]) -> None:
-    path = run / "run.json"
-    if path.exists():
-        before = json.loads(path.read_text())
-        # Fields added to FBConfig later are at their defaults in older runs.
-        defaults = json.loads(json.dumps(FBConfig().to_json()))
-        before["config"] = {k: defaults[k] for k in ident["config"]} | before.get("config", {})
-        diff = sorted(k for k in ident if before.get(k) != ident[k])
-        if diff:
-            raise ConfigError(
-                f"{run} is a run with other settings ({', '.join(diff)} differ); rerun the same "
-                "command to resume, or choose another --out"
-            )
-    else:
-        path.write_text(json.dumps(ident, indent=2))
+def _upgrade(before: dict[str, Any], ident: dict[str, Any]) -> dict[str, Any]:
+    """Fields added to FBConfig since a run started are at their defaults in it."""
+    defaults = json.loads(json.dumps(FBConfig().to_json()))
+    added = {k: defaults[k] for k in ident["config"]}
+    return before | {"config": added | before.get("config", {})}
 
 
 # Logged per row of train.csv; "conservative" is empty when the penalty is off.
@@ -144,7 +134,8 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
     m = min(cfg.transitions or 1_000_000, len(ds))
     run = Path(cfg.out)
     run.mkdir(parents=True, exist_ok=True)
-    _check_identity(run, _identity(cfg, fb, domain, ds.directory, m))
+    ident = _identity(cfg, fb, domain, ds.directory, m)
+    bind_identity(run / "run.json", ident, "pretraining run", _upgrade)
 
     data = ds.subsample(m, cfg.seed) if m < len(ds) else ds.transitions()
     tensors = {

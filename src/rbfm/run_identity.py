@@ -1,0 +1,52 @@
+"""Ties a resumable output directory to the settings that decide its contents.
+
+Collections, pretraining runs and benchmarks resume when rerun with the same command.
+The first run writes what it is (a JSON identity); every later one must match it, so
+that a rerun with, say, another seed is refused before any compute instead of silently
+mixing two runs' results in one directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rbfm.errors import ConfigError
+
+
+def bind_identity(
+    path: Path,
+    identity: dict[str, Any],
+    what: str,
+    upgrade: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None,
+) -> None:
+    """Writes `identity` to `path` the first time; afterwards raises ConfigError on any
+    difference. `upgrade(stored, identity)` maps an identity stored by an older rbfm to
+    today's form (e.g. fills config fields added since with their defaults)."""
+    ident = json.loads(json.dumps(identity))  # tuples -> lists, as they come back from disk
+    if not path.exists():
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(ident, indent=2))
+        os.replace(tmp, path)
+        return
+    before = json.loads(path.read_text())
+    if upgrade is not None:
+        before = upgrade(before, ident)
+    # Keys an older rbfm stored but no longer writes do not decide anything today.
+    diff = sorted(k for k in ident if before.get(k) != ident[k])
+    if diff:
+        listing = ", ".join(_describe(k, before.get(k), ident.get(k)) for k in diff)
+        raise ConfigError(
+            f"{path.parent} holds a {what} made with other settings ({listing}); rerun the "
+            "same command to resume, or choose another --out"
+        )
+
+
+def _describe(key: str, was: Any, now: Any) -> str:
+    if isinstance(was, dict) and isinstance(now, dict):  # name the nested fields only
+        inner = sorted(k for k in was.keys() | now.keys() if was.get(k) != now.get(k))
+        return ", ".join(_describe(f"{key}.{k}", was.get(k), now.get(k)) for k in inner)
+    return f"{key}: was {was!r}, now {now!r}"
