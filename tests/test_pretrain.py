@@ -170,13 +170,21 @@ def test_cli_pipeline_from_pretraining_to_a_sweep(
     from rbfm.cli import main
 
     run = pretrain(_cfg(dataset, tmp_path / "run", 40), progress=False)
-    assert (
-        main(
-            ["zero-shot", "--checkpoint", str(run), "--episodes", "2", "--random", "--task", "run"]
-        )
-        == 0
+    table = tmp_path / "zero_shot.csv"
+    args = ["zero-shot", "--checkpoint", str(run), "--episodes", "2", "--random", "--task", "run"]
+    assert main([*args, "--out", str(table)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    with open(table, newline="") as f:
+        (row,) = list(csv.DictReader(f))
+    mean, half, r_mean, r_half = (
+        float(row[k]) for k in ("mean", "ci95", "random_mean", "random_ci95")
     )
-    assert "run " in capsys.readouterr().out
+    line = next(x for x in printed if x.startswith("run "))
+    assert f"{mean:.1f} +- {half:.1f}" in line and f"{r_mean:.1f} +- {r_half:.1f}" in line
+    verdict = mean - half > r_mean + r_half
+    assert row["above_random"] == str(verdict) and line.split()[-1] == ("yes" if verdict else "no")
+    assert main([*args[:-4], "0"]) == 2  # --episodes 0: refused before any rollout
+    assert "--episodes: 0 is out of range" in capsys.readouterr().err
     demos = tmp_path / "demos.npz"
     assert (
         main(

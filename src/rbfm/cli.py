@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -140,6 +142,8 @@ def _cmd_zero_shot(args: argparse.Namespace) -> None:
     from rbfm.fb.checkpoint import load_checkpoint, training_data
     from rbfm.fb.zero_shot import infer_z, labelled_states, policy
 
+    _check_count("--episodes", args.episodes)
+    _check_out(args.out)
     model, meta = load_checkpoint(args.checkpoint, device=args.device)
     domain = meta["domain"]
     tasks = args.task or list(TASKS[domain])
@@ -172,20 +176,40 @@ def _cmd_zero_shot(args: argparse.Namespace) -> None:
         f"{meta['domain']} model at step {meta.get('step')}, {dynamics}, "
         f"{args.episodes} episodes, mean return +- 95% CI; task vectors {source}"
     )
-    header = f"{'task':<14} {'zero-shot':>16}" + (f" {'random':>16}" if args.random else "")
+    header = f"{'task':<14} {'zero-shot':>16}"
+    if args.random:
+        header += f" {'random':>16}  above random (disjoint CIs)"
     print(header)
+    rows: list[dict[str, object]] = []
     with RolloutEngine(args.workers) as engine:
         for task in tasks:
             spec = EnvSpec(domain, task, args.perturbation, args.level)
             res = engine.run(spec, policy(model, task_z[task]), args.episodes, seed=args.seed)
             m, h = mean_ci(res.returns)
+            row: dict[str, object] = {"task": task, "mean": m, "ci95": h}
             line = f"{task:<14} {m:>8.1f} +- {h:<5.1f}"
             if args.random:
                 rm, rh = mean_ci(engine.run(spec, random_policy, args.episodes, args.seed).returns)
-                line += f" {rm:>8.1f} +- {rh:<5.1f}"
+                above = m - h > rm + rh
+                row |= {"random_mean": rm, "random_ci95": rh, "above_random": above}
+                line += f" {rm:>8.1f} +- {rh:<5.1f}  {'yes' if above else 'no'}"
             if res.unstable.any():
                 line += f"  ({int(res.unstable.sum())} unstable)"
             print(line)
+            rows.append(row | {"episodes": args.episodes, "unstable": int(res.unstable.sum())})
+    if args.out:
+        _write_rows(Path(args.out), rows)
+        print(f"wrote {args.out}")
+
+
+def _write_rows(path: Path, rows: list[dict[str, object]]) -> None:
+    """A CSV written whole or not at all."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        writer = csv.DictWriter(f, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
 
 
 def _cmd_plot(args: argparse.Namespace) -> None:
@@ -628,6 +652,7 @@ def build_parser() -> argparse.ArgumentParser:
         "checkpoint, else the model's training dataset)",
     )
     p.add_argument("--random", action="store_true", help="also evaluate a uniform random policy")
+    p.add_argument("--out", default=None, help="also write the table to this CSV")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None)
     p.add_argument("--workers", type=int, default=0)
