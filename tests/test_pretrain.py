@@ -69,6 +69,12 @@ def test_run_writes_logs_and_checkpoints(dataset: Path, tmp_path: Path) -> None:
     evals = list(_csv(run / "eval.csv"))
     assert [int(r["step"]) for r in evals] == [40, 80]
     assert set(evals[0]) == {"step", "iqm", "walk", "run", "walk_backward", "run_backward"}
+    # latest (step 80, just evaluated) carries that evaluation's IQM and z, as best does.
+    latest = json.loads((run / "latest.json").read_text())
+    assert latest["step"] == 80 and latest["iqm"] == float(evals[-1]["iqm"])
+    assert sorted(latest["task_z"]) == sorted(task_z)
+    if json.loads((run / "best.json").read_text())["step"] == 80:
+        assert latest["task_z"] == task_z
     trains = list(_csv(run / "train.csv"))
     assert [int(r["step"]) for r in trains] == list(range(10, 81, 10))
     assert float(trains[-1]["updates_per_s"]) > 0

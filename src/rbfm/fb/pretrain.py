@@ -200,9 +200,13 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
             tb.add_scalar(f"eval/{t}", float(r.mean()), step)
         return score, {t: z[i].tolist() for i, t in enumerate(tasks)}
 
+    evaluated: dict[str, Any] = {}  # the last evaluation, if at the current step
+
     def checkpoint() -> None:
+        # Evaluated at this very step: latest carries its IQM and z, as best does.
+        extra = evaluated if evaluated.get("step") == step else {}
         with trainer.served() as served:
-            save_checkpoint(run / "latest", served, {**meta, "step": step})
+            save_checkpoint(run / "latest", served, {**meta, **extra, "step": step})
         atomic_save(
             {
                 "step": step,
@@ -247,6 +251,7 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
                 tick, since = now, step
             if step % fb.eval_every == 0 or step == fb.steps:
                 score, task_z = evaluate(engine)
+                evaluated = {"step": step, "iqm": score, "task_z": task_z}
                 bar.set_postfix(iqm=f"{score:.1f}", best=f"{max(score, best['iqm']):.1f}")
                 if score > best["iqm"]:
                     best = {"iqm": score, "step": step}
