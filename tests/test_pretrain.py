@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -178,10 +179,13 @@ def test_cli_pipeline_from_pretraining_to_a_sweep(
     run = pretrain(_cfg(dataset, tmp_path / "run", 40), progress=False)
     table = tmp_path / "zero_shot.csv"
     args = ["zero-shot", "--checkpoint", str(run), "--episodes", "2", "--random", "--task", "run"]
-    assert main([*args, "--out", str(table)]) == 0
+    assert main([*args, "--task", "walk", "--out", str(table)]) == 0
     printed = capsys.readouterr().out.splitlines()
     with open(table, newline="") as f:
-        (row,) = list(csv.DictReader(f))
+        row, _ = list(csv.DictReader(f))
+    # Pretraining's selection metric over the 4 episodes, with its bootstrap interval.
+    score, low, high = (float(x) for x in re.findall(r"-?\d+\.\d", printed[-2])[:3])
+    assert printed[-2].startswith("IQM over the 4 episodes") and low <= score <= high
     mean, half, r_mean, r_half = (
         float(row[k]) for k in ("mean", "ci95", "random_mean", "random_ci95")
     )
@@ -189,7 +193,7 @@ def test_cli_pipeline_from_pretraining_to_a_sweep(
     assert f"{mean:.1f} +- {half:.1f}" in line and f"{r_mean:.1f} +- {r_half:.1f}" in line
     verdict = mean - half > r_mean + r_half
     assert row["above_random"] == str(verdict) and line.split()[-1] == ("yes" if verdict else "no")
-    assert main([*args[:-4], "0"]) == 2  # --episodes 0: refused before any rollout
+    assert main([*args[:4], "0"]) == 2  # --episodes 0: refused before any rollout
     assert "--episodes: 0 is out of range" in capsys.readouterr().err
     demos = tmp_path / "demos.npz"
     assert (

@@ -139,6 +139,7 @@ def _cmd_zero_shot(args: argparse.Namespace) -> None:
     from rbfm.data import load_dataset
     from rbfm.envs import TASKS
     from rbfm.evaluation import EnvSpec, RolloutEngine, mean_ci
+    from rbfm.evaluation.stats import stratified_iqm
     from rbfm.fb.checkpoint import load_checkpoint, training_data
     from rbfm.fb.zero_shot import infer_z, labelled_states, policy
 
@@ -181,6 +182,7 @@ def _cmd_zero_shot(args: argparse.Namespace) -> None:
         header += f" {'random':>16}  above random (disjoint CIs)"
     print(header)
     rows: list[dict[str, object]] = []
+    returns: list[np.ndarray] = []
     with RolloutEngine(args.workers) as engine:
         for task in tasks:
             spec = EnvSpec(domain, task, args.perturbation, args.level)
@@ -197,6 +199,13 @@ def _cmd_zero_shot(args: argparse.Namespace) -> None:
                 line += f"  ({int(res.unstable.sum())} unstable)"
             print(line)
             rows.append(row | {"episodes": args.episodes, "unstable": int(res.unstable.sum())})
+            returns.append(res.returns)
+    if len(returns) > 1:  # pretraining's selection metric, on these episodes
+        score, low, high = stratified_iqm({"zero-shot": np.stack(returns, axis=1)})["zero-shot"]
+        print(
+            f"IQM over the {len(tasks) * args.episodes} episodes: {score:.1f} (95% CI "
+            f"{low:.1f} to {high:.1f}, rliable's stratified bootstrap over episodes per task)"
+        )
     if args.out:
         _write_rows(Path(args.out), rows)
         print(f"wrote {args.out}")

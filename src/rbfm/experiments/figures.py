@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import matplotlib
 
@@ -35,7 +35,7 @@ from rbfm.envs import families as domain_families
 from rbfm.envs import get_perturbation
 from rbfm.errors import ConfigError
 from rbfm.evaluation.plots import _MARKERS
-from rbfm.evaluation.stats import mean_ci
+from rbfm.evaluation.stats import mean_ci, stratified_iqm
 from rbfm.experiments.table import ResultRow, read_table
 
 METHODS = ("fbil", "rbfm-light", "rbfm-heavy", "drbc", "bedroil")
@@ -654,26 +654,6 @@ class IqmResult:
     notes: tuple[str, ...]  # labels dropped, and why
 
 
-def _trimmed_mean(x: np.ndarray) -> float:
-    """scipy.stats.trim_mean(x, 0.25, axis=None) (rliable's IQM) without scipy's per-call
-    overhead, which dominates thousands of bootstrap resamples."""
-    flat = np.sort(np.asarray(x, dtype=np.float64), axis=None)
-    cut = int(0.25 * flat.size)
-    return float(flat[cut : flat.size - cut].mean())
-
-
-def _rliable() -> Any:
-    """rliable's library module, imported on first use (it is slow to import)."""
-    try:
-        from rliable import library
-    except (ImportError, TypeError) as e:  # TypeError: arch 7.x under pandas 3
-        raise ImportError(
-            f"rliable cannot be imported ({type(e).__name__}: {e}); it needs arch 7.x with "
-            "pandas < 3 (arch 8 drops the random_state argument rliable 1.2.0 passes)"
-        ) from e
-    return library
-
-
 def iqm_estimates(
     rows: Sequence[ResultRow],
     family: str | None = None,
@@ -684,35 +664,15 @@ def iqm_estimates(
     """Each comparable label's interquartile mean of per-seed mean returns across tasks (see
     `iqm_scores`), with rliable's stratified-bootstrap 95% percentile CI over `reps`
     resamples drawn with a fixed `seed`."""
-    rly = _rliable()
     scores, notes = iqm_scores(rows, family, level)
     scope = "all families and levels" if family is None else family
     if level is not None:
         scope += f" at level {level:g}"
     if not scores:
         return IqmResult(scope, 0, (), tuple(notes))
-
-    def func(x: np.ndarray) -> np.ndarray:
-        return np.array([_trimmed_mean(x)])
-
-    # rliable's stratified bootstrap draws its resamples from numpy's global RNG (its
-    # random_state argument only reaches arch, which then warns that it is deprecated): seed the
-    # global RNG, then restore it.
-    state = np.random.get_state()
-    try:
-        np.random.seed(seed)
-        points, intervals = rly.get_interval_estimates(scores, func, reps=reps)
-    finally:
-        np.random.set_state(state)
+    found = stratified_iqm(scores, reps, seed)
     estimates = tuple(
-        IqmEstimate(
-            label=label,
-            iqm=float(points[label][0]),
-            low=float(intervals[label][0, 0]),
-            high=float(intervals[label][1, 0]),
-            seeds=s.shape[0],
-            tasks=s.shape[1],
-        )
+        IqmEstimate(label, *found[label], seeds=s.shape[0], tasks=s.shape[1])
         for label, s in scores.items()
     )
     return IqmResult(scope, estimates[0].tasks, estimates, tuple(notes))
