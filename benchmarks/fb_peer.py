@@ -45,7 +45,6 @@ import contextlib
 import csv
 import dataclasses
 import io
-import os
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -53,6 +52,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from rbfm.atomic import atomic_csv
 from rbfm.cli import parse_assignments
 from rbfm.data import Transitions, load_dataset
 from rbfm.device import pick_device
@@ -317,12 +317,7 @@ def _sync(device: torch.device) -> None:
 
 def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.part")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
+    atomic_csv(path, rows)
 
 
 def summary(rows: list[dict[str, Any]], tasks: list[str]) -> str:

@@ -19,7 +19,7 @@ def test_first_run_writes_later_runs_must_match(tmp_path):
     assert "hidden" not in str(err.value)  # only what differs is named
     with pytest.raises(ConfigError, match="seed: was 0, now 1"):
         bind_identity(path, {**ident, "seed": 1}, "run")
-    assert not list(tmp_path.glob("*.tmp"))
+    assert [p.name for p in tmp_path.iterdir()] == ["run.json"]  # no temporary left
 
 
 def test_upgrade_fills_what_older_files_lack(tmp_path):

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -136,6 +134,7 @@ CHECKPOINT_HELP = (
 def _cmd_zero_shot(args: argparse.Namespace) -> None:
     import torch
 
+    from rbfm.atomic import atomic_csv
     from rbfm.data import load_dataset
     from rbfm.envs import TASKS
     from rbfm.evaluation import EnvSpec, RolloutEngine, mean_ci
@@ -207,18 +206,8 @@ def _cmd_zero_shot(args: argparse.Namespace) -> None:
             f"{low:.1f} to {high:.1f}, rliable's stratified bootstrap over episodes per task)"
         )
     if args.out:
-        _write_rows(Path(args.out), rows)
+        atomic_csv(Path(args.out), rows)
         print(f"wrote {args.out}")
-
-
-def _write_rows(path: Path, rows: list[dict[str, object]]) -> None:
-    """A CSV written whole or not at all."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.DictWriter(f, list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
-    os.replace(tmp, path)
 
 
 def _cmd_plot(args: argparse.Namespace) -> None:

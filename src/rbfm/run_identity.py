@@ -9,11 +9,11 @@ mixing two runs' results in one directory.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rbfm.atomic import atomic_write
 from rbfm.errors import ConfigError
 
 
@@ -28,9 +28,7 @@ def bind_identity(
     today's form (e.g. fills config fields added since with their defaults)."""
     ident = json.loads(json.dumps(identity))  # tuples -> lists, as they come back from disk
     if not path.exists():
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(ident, indent=2))
-        os.replace(tmp, path)
+        atomic_write(path, lambda tmp: tmp.write_text(json.dumps(ident, indent=2)))
         return
     before = json.loads(path.read_text())
     if upgrade is not None:

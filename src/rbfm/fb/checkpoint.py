@@ -17,6 +17,7 @@ from typing import Any
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from rbfm.atomic import atomic_write
 from rbfm.device import pick_device
 from rbfm.envs import DOMAINS, get_domain
 from rbfm.errors import RbfmError
@@ -37,12 +38,6 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _atomic_write(path: Path, write: Any) -> None:
-    tmp = path.with_name(f".{path.name}.part")
-    write(tmp)
-    os.replace(tmp, path)
 
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -101,7 +96,7 @@ def save_checkpoint(stem: Path, model: FBModel, meta: dict[str, Any], targets: b
         for k, v in model.state_dict().items()
         if targets or not k.startswith(_TARGETS)
     }
-    _atomic_write(weights, lambda p: save_file(state, str(p)))
+    atomic_write(weights, lambda p: save_file(state, str(p)))
     info = {
         "format": FORMAT,
         "version": VERSION,
@@ -111,7 +106,7 @@ def save_checkpoint(stem: Path, model: FBModel, meta: dict[str, Any], targets: b
         "sha256": _sha256(weights),
         **meta,
     }
-    _atomic_write(stem.with_suffix(".json"), lambda p: p.write_text(json.dumps(info, indent=2)))
+    atomic_write(stem.with_suffix(".json"), lambda p: p.write_text(json.dumps(info, indent=2)))
 
 
 def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from rbfm.atomic import atomic_write
 from rbfm.data import load_dataset
 from rbfm.device import pick_device
 from rbfm.evaluation import EnvSpec, RolloutEngine, iqm
@@ -120,9 +120,7 @@ class _Csv:
 
 def atomic_save(obj: Any, path: Path) -> None:
     """torch.save through a temporary file: a killed process never leaves half a file."""
-    tmp = path.with_name(f".{path.name}.part")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: torch.save(obj, tmp))
 
 
 def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:

@@ -1,0 +1,28 @@
+"""Files written whole or not at all: a killed process never leaves half a file behind."""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
+    """Calls `write` on a hidden temporary path beside `path`, then renames it into place."""
+    tmp = path.with_name(f".{path.name}.part")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def atomic_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Rows of dicts (the first one's keys as the header) as a CSV, atomically."""
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as f:
+            writer = csv.DictWriter(f, list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+    atomic_write(path, write)
