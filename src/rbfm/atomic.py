@@ -8,10 +8,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+# Temporaries are named `.<name>.part`: hidden, and never matching a reader's glob
+# (`*.npz`, `*.json`); a killed run's leftovers are found by `.*.part`.
+TMP_SUFFIX = ".part"
+
 
 def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     """Calls `write` on a hidden temporary path beside `path`, then renames it into place."""
-    tmp = path.with_name(f".{path.name}.part")
+    tmp = path.with_name(f".{path.name}{TMP_SUFFIX}")
     write(tmp)
     os.replace(tmp, path)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from rbfm.atomic import atomic_write
 from rbfm.errors import DatasetError
 from rbfm.fb.checkpoint import CheckpointError
 from rbfm.inference.common import steps_bar
@@ -90,11 +90,9 @@ class Resume:
             else obj.state_dict()
             for name, obj in state.items()
         }
-        tmp = self.path.with_name(f".{self.path.name}.part")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         saved = {"fingerprint": self.fingerprint, "step": step, "state": snapshot}
-        torch.save({**saved, "trace": result.trace}, tmp)
-        os.replace(tmp, self.path)
+        atomic_write(self.path, lambda tmp: torch.save({**saved, "trace": result.trace}, tmp))
 
     def finish(self) -> None:
         if self.path is not None:
@@ -147,14 +145,10 @@ def demo_tensors(
 def save_policy(stem: Path, policy: nn.Module, meta: dict[str, Any]) -> Path:
     """`stem.safetensors` (weights) and `stem.json` (format, method, config...), atomically."""
     stem.parent.mkdir(parents=True, exist_ok=True)
-    weights = stem.with_suffix(".safetensors")
-    tmp = weights.with_name(f".{weights.name}.part")
-    save_file({k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}, str(tmp))
-    os.replace(tmp, weights)
-    desc = stem.with_suffix(".json")
-    tmp = desc.with_name(f".{desc.name}.part")
-    tmp.write_text(json.dumps({"format": FORMAT, **meta}, indent=2))
-    os.replace(tmp, desc)
+    state = {k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
+    atomic_write(stem.with_suffix(".safetensors"), lambda tmp: save_file(state, str(tmp)))
+    desc = json.dumps({"format": FORMAT, **meta}, indent=2)
+    atomic_write(stem.with_suffix(".json"), lambda tmp: tmp.write_text(desc))
     return stem
 
 

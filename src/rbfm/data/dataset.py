@@ -12,11 +12,13 @@ import os
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
+from rbfm.atomic import atomic_write
 from rbfm.data.exorl import KEYS, episode_files, read_episode
 from rbfm.envs import DOMAINS, DomainSpec, get_domain
 from rbfm.errors import DatasetError
@@ -187,18 +189,20 @@ def _load_cache(cache: Path, manifest: dict[str, object]) -> dict[str, np.ndarra
         return None
 
 
+def _save_npy(arr: np.ndarray, path: Path) -> None:
+    # A file object: given a path, np.save would append ".npy" to the temporary name.
+    with open(path, "wb") as f:
+        np.save(f, arr)
+
+
 def _write_cache(cache: Path, arrays: dict[str, np.ndarray], manifest: dict[str, object]) -> None:
     try:
         cache.mkdir(exist_ok=True)
         (cache / "manifest.json").unlink(missing_ok=True)  # invalid until fully rewritten
         for key, arr in arrays.items():
-            tmp = cache / f".{key}.npy.part"
-            with open(tmp, "wb") as f:
-                np.save(f, arr)
-            os.replace(tmp, cache / f"{key}.npy")
-        tmp = cache / ".manifest.json.part"
-        tmp.write_text(json.dumps(manifest))
-        os.replace(tmp, cache / "manifest.json")
+            atomic_write(cache / f"{key}.npy", partial(_save_npy, arr))
+        text = json.dumps(manifest)
+        atomic_write(cache / "manifest.json", lambda tmp: tmp.write_text(text))
     except OSError as e:
         warnings.warn(f"could not write the dataset cache in {cache}: {e}", stacklevel=3)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rbfm.atomic import atomic_write
 from rbfm.envs import DomainSpec
 from rbfm.errors import DatasetError
 
@@ -30,7 +31,6 @@ DTYPES = {
     "discount": np.float32,
     "physics": np.float64,
 }
-TMP_SUFFIX = ".part"  # written first, renamed when complete: never read as an episode
 _NAME = re.compile(r"^(?P<stamp>[^_]+)_(?P<index>\d+)_(?P<length>\d+)\.npz$")
 
 Episode = dict[str, np.ndarray]
@@ -61,15 +61,18 @@ def write_episode(directory: Path, index: int, episode: Mapping[str, np.ndarray]
     """Writes one episode atomically: to a temporary file first, then renamed."""
     length = len(episode["observation"]) - 1
     final = directory / episode_name(index, length)
-    tmp = directory / f".{final.name}{TMP_SUFFIX}"
     buf = io.BytesIO()
     arrays = {k: np.asarray(episode[k], DTYPES[k]) for k in KEYS}
     np.savez_compressed(buf, **arrays)  # type: ignore[arg-type]
-    with open(tmp, "wb") as f:
-        f.write(buf.getbuffer())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            f.write(buf.getbuffer())
+            f.flush()
+            os.fsync(f.fileno())
+
+    # `.<name>.part` until complete: never read as an episode (`*.npz`), removed on resume.
+    atomic_write(final, write)
     return final
 
 

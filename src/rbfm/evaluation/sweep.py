@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rbfm.atomic import atomic_write
 from rbfm.errors import ConfigError
 from rbfm.evaluation.rollout import EnvSpec, Policy, RolloutEngine
 from rbfm.evaluation.stats import mean_ci
@@ -26,9 +27,8 @@ from rbfm.fb.zero_shot import policy
 
 def save_z(path: str | os.PathLike[str], z: torch.Tensor, meta: dict[str, Any]) -> Path:
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.part")
-    tmp.write_text(json.dumps({"z": z.detach().cpu().tolist(), **meta}, indent=2))
-    os.replace(tmp, path)
+    text = json.dumps({"z": z.detach().cpu().tolist(), **meta}, indent=2)
+    atomic_write(path, lambda tmp: tmp.write_text(text))
     return path
 
 

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from rbfm.atomic import atomic_write
 from rbfm.experiments.executors import Executor
 from rbfm.experiments.jobs import (
     DemosJob,
@@ -57,9 +58,8 @@ EVAL_BATCH = 200
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.part")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    text = json.dumps(data, indent=1)
+    atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
 class Store:
@@ -431,31 +431,34 @@ def write_certificates(store: Store, p: Plan) -> Path:
     """certificates.csv: per finished inference and radius, the nominal and worst-case
     imitation loss under the TV set (exact) and the Heavy set (upper bound)."""
     path = store.root / "certificates.csv"
-    tmp = path.with_name(f".{path.name}.part")
-    with open(tmp, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(CERTIFICATE_COLUMNS)
-        for cell in p.infers:
-            rec_path = store.infer_record(cell)
-            if not rec_path.exists():
-                continue
-            rec = store.read(rec_path)
-            for c in rec["certificates"]:
-                writer.writerow(
-                    [
-                        cell.demos.model.domain,
-                        cell.demos.model.dataset,
-                        cell.demos.task,
-                        cell.variant.method,
-                        cell.variant.label,
-                        "" if cell.variant.eps is None else cell.variant.eps,
-                        cell.seed,
-                        c["uncertainty_set"],
-                        c["radius"],
-                        f"{c['nominal']:.6g}",
-                        f"{c['worst_case']:.6g}",
-                        rec["policy"],
-                    ]
-                )
-    os.replace(tmp, path)
+
+    # Not atomic_csv: the header is written even when no inference has finished.
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as f:
+            writer = csv.writer(f)
+            writer.writerow(CERTIFICATE_COLUMNS)
+            for cell in p.infers:
+                rec_path = store.infer_record(cell)
+                if not rec_path.exists():
+                    continue
+                rec = store.read(rec_path)
+                for c in rec["certificates"]:
+                    writer.writerow(
+                        [
+                            cell.demos.model.domain,
+                            cell.demos.model.dataset,
+                            cell.demos.task,
+                            cell.variant.method,
+                            cell.variant.label,
+                            "" if cell.variant.eps is None else cell.variant.eps,
+                            cell.seed,
+                            c["uncertainty_set"],
+                            c["radius"],
+                            f"{c['nominal']:.6g}",
+                            f"{c['worst_case']:.6g}",
+                            rec["policy"],
+                        ]
+                    )
+
+    atomic_write(path, write)
     return path

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from rbfm.data.exorl import KEYS, TMP_SUFFIX, episode_files, parse_name, read_episode, write_episode
+from rbfm.atomic import TMP_SUFFIX, atomic_write
+from rbfm.data.exorl import KEYS, episode_files, parse_name, read_episode, write_episode
 from rbfm.envs import RbfmEnv, get_domain, make_env
 from rbfm.errors import ConfigError, unknown
 from rbfm.exploration.aps import APSAgent, aps_config
@@ -140,9 +140,7 @@ def _existing(buffer: Path) -> dict[int, Path]:
 
 
 def _save_state(path: Path, state: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
 def run_episode(env: RbfmEnv, agent: Agent, step: int) -> dict[str, np.ndarray]:

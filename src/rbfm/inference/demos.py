@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from rbfm.atomic import atomic_write
 from rbfm.envs import get_domain
 from rbfm.errors import ConfigError, DatasetError
 from rbfm.evaluation import EnvSpec, RolloutEngine
@@ -101,13 +102,16 @@ class Demos:
 
 def save_demos(path: str | os.PathLike[str], demos: Demos) -> Path:
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.part")
     meta = {"domain": demos.domain, "task": demos.task, **demos.meta}
-    with open(tmp, "wb") as f:
-        np.savez_compressed(
-            f, meta=np.array(json.dumps(meta)), **{k: getattr(demos, k) for k in _KEYS}
-        )
-    os.replace(tmp, path)
+
+    def write(tmp: Path) -> None:
+        # A file object: given the path, numpy would append ".npz" to the temporary name.
+        with open(tmp, "wb") as f:
+            np.savez_compressed(
+                f, meta=np.array(json.dumps(meta)), **{k: getattr(demos, k) for k in _KEYS}
+            )
+
+    atomic_write(path, write)
     return path
 
 
