@@ -138,6 +138,30 @@ def test_the_shipped_model_names_no_path() -> None:
         assert not Path(meta.get("exported_from", "")).is_absolute(), description.name
 
 
+def test_every_domain_ships_a_working_model() -> None:
+    # What `rbfm quickstart`, `zero-shot --checkpoint DOMAIN` and `demos` rely on without
+    # any dataset: a model per domain whose weights match their hash, with a z of norm
+    # sqrt(d) for each of the domain's tasks.
+    from rbfm.envs import TASKS
+    from rbfm.fb.checkpoint import ASSETS, load_checkpoint, read_meta, shipped_model
+
+    for domain in TASKS:
+        stem = shipped_model(domain)
+        assert stem is not None, f"no model shipped for {domain}"
+        assert stem.name == f"{domain}_rnd"
+    for description in sorted(ASSETS.glob("*.json")):
+        stem = description.with_suffix("")
+        model, meta = load_checkpoint(stem)
+        domain = stem.name.split("_")[0]
+        assert meta["domain"] == domain
+        task_z = read_meta(stem)["task_z"]
+        assert sorted(task_z) == sorted(TASKS[domain]), stem.name
+        z = torch.tensor(list(task_z.values()))
+        d = model.cfg.z_dim
+        assert z.shape == (len(TASKS[domain]), d)
+        assert torch.allclose(z.norm(dim=1), torch.full((len(z),), d**0.5), rtol=1e-4)
+
+
 def test_a_domain_name_names_the_shipped_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

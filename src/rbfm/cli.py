@@ -126,7 +126,7 @@ def _cmd_pretrain(args: argparse.Namespace) -> None:
 
 
 CHECKPOINT_HELP = (
-    "run directory, checkpoint file, or a domain name (walker; cheetah:cpu) for the model "
+    "run directory, checkpoint file, or a domain name (walker; walker:aps) for the model "
     "shipped with rbfm"
 )
 
@@ -538,7 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--checkpoint",
         default=None,
-        help="FB model to use (default: the shipped reference, else train one)",
+        help="FB model to use (default: the cheetah model shipped with rbfm, else train one)",
     )
     p.set_defaults(func=_cmd_quickstart)
 

@@ -16,17 +16,13 @@ import torch
 
 from rbfm.evaluation.plots import plot_sweep
 from rbfm.evaluation.sweep import SweepRow, sweep, write_csv
-from rbfm.fb.checkpoint import load_checkpoint, read_meta
-
-# A cpu-preset cheetah model shipped with rbfm (see docs/pretraining.md for the command
-# that made it); without it the quickstart trains its own, smaller one.
-REFERENCE = Path(__file__).parent / "assets" / "cheetah_cpu"
+from rbfm.fb.checkpoint import load_checkpoint, read_meta, shipped_model
 
 
 @dataclass(frozen=True)
 class QuickstartConfig:
     out: str = "runs/quickstart"
-    checkpoint: str | None = None  # default: the shipped reference, else train one
+    checkpoint: str | None = None  # default: the shipped cheetah model, else train one
     task: str = "walk"
     perturbation: str = "joint_friction"
     demos: int = 10  # generated; 4 are drawn per inference seed
@@ -47,9 +43,12 @@ def _model_path(cfg: QuickstartConfig, start: float, progress: bool) -> Path:
 
     if cfg.checkpoint:
         return Path(cfg.checkpoint)
-    if REFERENCE.with_suffix(".json").exists():
-        _log(start, f"using the shipped reference model {REFERENCE}")
-        return REFERENCE
+    # The cheetah model shipped with rbfm, found by domain name as `--checkpoint cheetah`
+    # finds it (docs/models.md); without one the quickstart trains its own, smaller one.
+    shipped = shipped_model("cheetah")
+    if shipped is not None:
+        _log(start, f"using the shipped model {shipped.name}")
+        return shipped
     out = Path(cfg.out)
     _log(start, f"no reference model: collecting {cfg.collect_transitions:,} RND transitions")
     collect(CollectConfig("cheetah", "rnd", cfg.collect_transitions, str(out / "data")), progress)

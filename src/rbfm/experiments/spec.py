@@ -118,9 +118,9 @@ PRESETS: dict[str, ExperimentSpec] = {
         methods=_methods(*ALL_METHODS),
         episodes=20,
     ),
-    # The paper's protocol on the shipped model (what experiments/cheetah_cpu.sh ran):
-    # the shipped cheetah model, four tasks, three families, five methods (baselines on
-    # walk), 5 seeds x 20 episodes per level.
+    # The paper's protocol on the shipped cheetah model (docs/imitation.md ran it on the
+    # earlier cheetah_cpu): four tasks, three families, five methods (baselines on walk),
+    # 5 seeds x 20 episodes per level.
     "cpu": ExperimentSpec(
         name="cpu",
         models=(ModelEntry("cheetah"),),
