@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +20,16 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     os.replace(tmp, path)
 
 
-def atomic_csv(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Rows of dicts (the first one's keys as the header) as a CSV, atomically."""
+def atomic_csv(
+    path: Path, rows: list[dict[str, Any]], columns: Sequence[str] | None = None
+) -> None:
+    """Rows of dicts as a CSV, atomically. The header is `columns` (written even with no
+    rows), else the first row's keys."""
+    header = list(columns) if columns is not None else list(rows[0])
 
     def write(tmp: Path) -> None:
         with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, list(rows[0]))
+            writer = csv.DictWriter(f, header)
             writer.writeheader()
             writer.writerows(rows)
 

@@ -17,7 +17,6 @@ half-written; run again, it skips what is done and computes only the rest.
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import itertools
 import json
@@ -33,7 +32,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from rbfm.atomic import atomic_write
+from rbfm.atomic import atomic_csv, atomic_write
 from rbfm.experiments.executors import Executor
 from rbfm.experiments.jobs import (
     DemosJob,
@@ -432,33 +431,28 @@ def write_certificates(store: Store, p: Plan) -> Path:
     imitation loss under the TV set (exact) and the Heavy set (upper bound)."""
     path = store.root / "certificates.csv"
 
-    # Not atomic_csv: the header is written even when no inference has finished.
-    def write(tmp: Path) -> None:
-        with open(tmp, "w", newline="") as f:
-            writer = csv.writer(f)
-            writer.writerow(CERTIFICATE_COLUMNS)
-            for cell in p.infers:
-                rec_path = store.infer_record(cell)
-                if not rec_path.exists():
-                    continue
-                rec = store.read(rec_path)
-                for c in rec["certificates"]:
-                    writer.writerow(
-                        [
-                            cell.demos.model.domain,
-                            cell.demos.model.dataset,
-                            cell.demos.task,
-                            cell.variant.method,
-                            cell.variant.label,
-                            "" if cell.variant.eps is None else cell.variant.eps,
-                            cell.seed,
-                            c["uncertainty_set"],
-                            c["radius"],
-                            f"{c['nominal']:.6g}",
-                            f"{c['worst_case']:.6g}",
-                            rec["policy"],
-                        ]
-                    )
-
-    atomic_write(path, write)
+    rows = []
+    for cell in p.infers:
+        rec_path = store.infer_record(cell)
+        if not rec_path.exists():
+            continue
+        rec = store.read(rec_path)
+        for c in rec["certificates"]:
+            values = (
+                cell.demos.model.domain,
+                cell.demos.model.dataset,
+                cell.demos.task,
+                cell.variant.method,
+                cell.variant.label,
+                "" if cell.variant.eps is None else cell.variant.eps,
+                cell.seed,
+                c["uncertainty_set"],
+                c["radius"],
+                f"{c['nominal']:.6g}",
+                f"{c['worst_case']:.6g}",
+                rec["policy"],
+            )
+            rows.append(dict(zip(CERTIFICATE_COLUMNS, values, strict=True)))
+    # The header is written even when no inference has finished.
+    atomic_csv(path, rows, CERTIFICATE_COLUMNS)
     return path

@@ -26,7 +26,7 @@ import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from rbfm.atomic import atomic_write
+from rbfm.atomic import atomic_csv
 from rbfm.errors import ConfigError
 
 
@@ -65,15 +65,8 @@ def write_table(path: str | os.PathLike[str], rows: list[ResultRow]) -> Path:
     """Writes the rows atomically (a temporary file renamed over the target)."""
     path = Path(path)
 
-    # Not atomic_csv: the header is COLUMNS even when there are no rows.
-    def write(tmp: Path) -> None:
-        with open(tmp, "w", newline="") as f:
-            writer = csv.DictWriter(f, COLUMNS)
-            writer.writeheader()
-            for r in rows:
-                writer.writerow({k: "" if v is None else v for k, v in asdict(r).items()})
-
-    atomic_write(path, write)
+    records = [{k: "" if v is None else v for k, v in asdict(r).items()} for r in rows]
+    atomic_csv(path, records, COLUMNS)
     return path
 
 
