@@ -1,6 +1,6 @@
 """Milliseconds per FB update: rbfm's trainer against a straightforward reference.
 
-    python benchmarks/fb_update.py [--presets cpu paper] [--updates 10]
+    python benchmarks/fb_update.py [--presets cpu paper] [--updates 10] [--device cuda]
 
 The reference below is the update as the public codebases write it, at the same
 sizes: two separate F networks called in a Python loop, an off-diagonal mask
@@ -9,7 +9,8 @@ back-propagating into F's weights, and non-fused Adam. rbfm's update batches the
 two heads into one network, uses fused Adam, builds no mask, and skips gradients
 nobody uses. Both run fp32 and bf16 autocast, side by side, on the same batches.
 A last table checks whether bf16 changes results: losses after the same updates
-from the same initial weights.
+from the same initial weights. On a GPU (`--device cuda`) only rbfm's update is
+timed (the reference is written for the CPU), with the device synchronised.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rbfm.device import pick_device
 from rbfm.fb import FBConfig, FBModel, FBTrainer, fb_config
 
 
@@ -117,22 +119,29 @@ class Reference:
                     tp.mul_(1 - c.tau).add_(c.tau * p)
 
 
-def _batch(n: int, seed: int) -> dict[str, torch.Tensor]:
+def _batch(n: int, seed: int, device: torch.device) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    return {
+    batch = {
         "observation": torch.randn(n, 17, generator=g),
         "action": torch.rand(n, 6, generator=g) * 2 - 1,
         "next_observation": torch.randn(n, 17, generator=g),
         "discount": torch.ones(n),
     }
+    return {k: v.to(device) for k, v in batch.items()}
 
 
-def _time(fn: Callable[[], object], updates: int) -> float:
-    for _ in range(2):
+def _time(fn: Callable[[], object], updates: int, device: torch.device) -> float:
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(3):
         fn()
+    sync()
     start = time.perf_counter()
     for _ in range(updates):
         fn()
+    sync()
     return (time.perf_counter() - start) / updates * 1000
 
 
@@ -140,32 +149,38 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", nargs="+", default=["cpu", "paper"])
     parser.add_argument("--updates", type=int, default=10)
+    parser.add_argument("--device", default=None, help="default: CUDA when present, else CPU")
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; cheetah-sized inputs")
-    print(f"{'preset':<7} {'precision':<9} {'rbfm ms':>9} {'reference ms':>13} {'speed-up':>9}")
+    device = pick_device(args.device)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    print(
+        f"torch {torch.__version__}, {where}, {torch.get_num_threads()} threads; "
+        "cheetah-sized inputs"
+    )
+    header = f"{'preset':<7} {'precision':<9} {'rbfm ms':>9}"
+    print(header + (f" {'reference ms':>13} {'speed-up':>9}" if device.type == "cpu" else ""))
     for preset in args.presets:
         for bf16 in (False, True):
             cfg = replace(fb_config(preset), bf16=bf16)
-            b = _batch(cfg.batch_size, 0)
+            b = _batch(cfg.batch_size, 0, device)
             torch.manual_seed(0)
-            trainer = FBTrainer(FBModel(17, 6, cfg), seed=0)
-            ref = Reference(17, 6, cfg)
-            ours = _time(partial(trainer.update, b), args.updates)
-            ref_args = (b["observation"], b["action"], b["next_observation"], b["discount"], bf16)
-            theirs = _time(partial(ref.update, *ref_args), args.updates)
-            print(
-                f"{preset:<7} {'bf16' if bf16 else 'fp32':<9} {ours:>9.1f} {theirs:>13.1f} "
-                f"{theirs / ours:>8.2f}x",
-                flush=True,
-            )
+            trainer = FBTrainer(FBModel(17, 6, cfg).to(device), seed=0)
+            ours = _time(partial(trainer.update, b), args.updates, device)
+            row = f"{preset:<7} {'bf16' if bf16 else 'fp32':<9} {ours:>9.1f}"
+            if device.type == "cpu":
+                ref = Reference(17, 6, cfg)
+                r = (b["observation"], b["action"], b["next_observation"], b["discount"], bf16)
+                theirs = _time(partial(ref.update, *r), args.updates, device)
+                row += f" {theirs:>13.1f} {theirs / ours:>8.2f}x"
+            print(row, flush=True)
 
     print("\nbf16 vs fp32, cpu preset, 300 updates from the same weights and batches:")
     for bf16 in (False, True):
         torch.manual_seed(0)
         cfg = replace(fb_config("cpu"), bf16=bf16)
-        trainer = FBTrainer(FBModel(17, 6, cfg), seed=0)
+        trainer = FBTrainer(FBModel(17, 6, cfg).to(device), seed=0)
         for i in range(300):
-            out = trainer.update(_batch(cfg.batch_size, i))
+            out = trainer.update(_batch(cfg.batch_size, i, device))
         print(
             f"  {'bf16' if bf16 else 'fp32'}: "
             + ", ".join(f"{k} {float(v):.4f}" for k, v in out.items())

@@ -27,7 +27,7 @@ def test_round_trip_from_any_path_form(saved: Path) -> None:
         model, meta = load_checkpoint(path, domain="cheetah")
         assert meta["step"] == 7 and meta["config"]["z_dim"] == 8
         for k, v in model.state_dict().items():
-            torch.testing.assert_close(v, original[k], rtol=0, atol=0)
+            torch.testing.assert_close(v.cpu(), original[k], rtol=0, atol=0)
     assert not list(saved.glob(".*part"))  # atomic writes leave no temporaries
 
 

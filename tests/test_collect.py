@@ -170,7 +170,7 @@ def test_proto_sinkhorn_balances_and_the_queue_fills() -> None:
     p = torch.softmax(scores, 1)
     assert q.sum(0).std() < p.sum(0).std()
 
-    agent = ProtoAgent(17, 6, proto_config("tiny"), seed=0)
+    agent = ProtoAgent(17, 6, proto_config("tiny"), seed=0, device="cpu")
     reward = agent._novelty(torch.randn(32, 17))
     assert reward.shape == (32, 1) and (reward >= 0).all()
     assert int(agent.proto.queue_ptr) == 16 and agent.proto.queue[:16].norm(dim=1).gt(0.99).all()

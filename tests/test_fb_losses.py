@@ -350,7 +350,7 @@ def test_observation_normaliser_feeds_every_network_standardised_states(tmp_path
     save_checkpoint(tmp_path / "best", normed, {"domain": "cheetah", "step": 1})
     stem = export_checkpoint(tmp_path, tmp_path / "export", {})
     for path in (tmp_path, stem):
-        loaded, _ = load_checkpoint(path)
+        loaded, _ = load_checkpoint(path, device="cpu")  # compared with CPU tensors
         with torch.no_grad():
             torch.testing.assert_close(loaded.actor(obs, z), normed.actor(obs, z))
             torch.testing.assert_close(loaded.target_forward_map.norm.std, scale)

@@ -318,7 +318,7 @@ def test_cli_pipeline_from_pretraining_to_a_sweep(
 
 
 def test_quickstart_pipeline_on_a_tiny_model(dataset: Path, tmp_path: Path) -> None:
-    from rbfm.quickstart import QuickstartConfig, quickstart
+    from rbfm.quickstart import QuickstartConfig, quickstart, reading
 
     run = pretrain(_cfg(dataset, tmp_path / "run", 40), progress=False)
     cfg = QuickstartConfig(
@@ -334,6 +334,8 @@ def test_quickstart_pipeline_on_a_tiny_model(dataset: Path, tmp_path: Path) -> N
     assert {r.seeds for r in rows} == {2}
     for name in ("sweep.csv", "sweep.png", "summary.json"):
         assert (tmp_path / "qs" / name).stat().st_size > 0
+    line = reading(rows)
+    assert line.startswith("At the largest level (25)") and line.count("\n") == 0
 
 
 def test_observation_statistics_come_from_the_training_data(dataset: Path, tmp_path: Path) -> None:
@@ -341,7 +343,7 @@ def test_observation_statistics_come_from_the_training_data(dataset: Path, tmp_p
     from rbfm.fb.checkpoint import load_checkpoint
 
     run = pretrain(_cfg(dataset, tmp_path, 20, (("obs_norm", True),)), progress=False)
-    model, _ = load_checkpoint(run / "latest")
+    model, _ = load_checkpoint(run / "latest", device="cpu")  # compared with CPU tensors
     obs = torch.as_tensor(load_dataset(str(dataset)).transitions().observation)
     for net in (model.actor, model.backward_map, model.forward_map, model.target_forward_map):
         torch.testing.assert_close(net.norm.mean, obs.mean(0))  # type: ignore[arg-type]

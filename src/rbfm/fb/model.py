@@ -254,7 +254,9 @@ class FBTrainer:
     def load_state_dict(self, state: dict[str, object]) -> None:
         self.fb_opt.load_state_dict(state["fb_opt"])  # type: ignore[arg-type]
         self.actor_opt.load_state_dict(state["actor_opt"])  # type: ignore[arg-type]
-        self.gen.set_state(state["gen"])  # type: ignore[arg-type]
+        # A generator's state is a CPU byte tensor whatever its device, but a checkpoint
+        # loaded with map_location="cuda" moves it there.
+        self.gen.set_state(state["gen"].cpu())  # type: ignore[attr-defined]
         # Runs saved before these fields existed had neither schedule nor average.
         self.updates = int(state.get("updates", 0))  # type: ignore[call-overload]
         for schedule, saved in zip(self.schedules, state.get("schedules", []), strict=True):  # type: ignore[call-overload]
