@@ -1,73 +1,145 @@
-"""How close RBFM-Light's z descent gets to the optimum of its own objective.
+"""How close each inference method gets to the optimum of its own objective.
 
-    python benchmarks/robust_descent.py --demos DEMOS.npz [--checkpoint cheetah] \
-        [--draw 4] [--seed 0] [--variants paper full-batch lr-2e-3 steps-20k]
+    python benchmarks/robust_descent.py --checkpoint cheetah --task run \
+        [--noise 0 0.3] [--seeds 0 1 2 3 4] [--pool 20] [--draw 4] [--out TABLE.csv]
 
-For the task vector of FB-IL and of RBFM-Light (paper settings and variants of its
-optimiser), prints the imitation loss on every drawn demonstration transition (the
-deterministic policy's squared action error) and its exact worst case over the TV
-ball of radius eps = 0.8 (`certificate.tv_certificates`), the quantity Light minimises.
-Any z is a feasible point of that problem, so a z with a lower worst case than Light's
-shows how far Light's descent stopped from the optimum (docs/experiments.md,
-"Robustness certificates"). Each variant runs the full inference (minutes on 2 cores).
+For each expert source (the model's own deterministic expert, noise 0, and the same
+expert with Gaussian action noise of each given std), `--pool` demonstrations are
+rolled out once; each seed draws `--draw` of them. On each draw, FB-IL, RBFM-Light and
+RBFM-Heavy run under both named settings ("default", "paper"), plus a much longer
+RBFM-Light and RBFM-Heavy ("long": 10x the steps and patience, 10 halvings), the
+reference optimum. Every z is then scored on every transition of its draw, with the
+deterministic policy's squared action error:
+- nominal: the mean loss (FB-IL's objective);
+- tv: the exact worst case over the TV ball of radius 0.8 (RBFM-Light's objective);
+- heavy: RBFM-Heavy's dual at z, minimised over (Q, tau) by a long fixed-z fit
+  (`rbfm_heavy.heavy_value`), an upper bound on the f-ball worst case;
+- dist: ||z - z_e||, z_e the expert's own task vector.
+One CSV row per (source, seed, method, settings), with steps, convergence and seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from rbfm.experiments.certificate import tv_certificates
 from rbfm.fb.checkpoint import load_checkpoint
-from rbfm.inference import infer, load_demos
-from rbfm.inference.common import prepare
+from rbfm.inference import generate_demos, infer
+from rbfm.inference.common import full_losses, prepare
+from rbfm.inference.duals import light_objective
+from rbfm.inference.rbfm_heavy import HeavyConfig, heavy_value
 
 EPS = 0.8
+# The reference: 5x the cap, 6x the patience, 4 more halvings (step sizes down to 1/1024).
+LONG = {"steps": 15_000, "patience": 300, "halvings": 10}
 
-VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
-    "fbil": ("fbil", {}),
-    "paper": ("rbfm-light", {}),
-    "full-batch": ("rbfm-light", {"batch_size": 0, "noise_std": 0.0}),  # 0: every transition
-    "lr-2e-3": ("rbfm-light", {"lr": 2e-3}),
-    "steps-20k": ("rbfm-light", {"steps": 20_000}),
-}
+
+def _score_config() -> HeavyConfig:
+    """RBFM-Heavy's objective at a z: the critic fitted with more patience than in
+    inference, so that the score is closer to the minimum over (Q, tau)."""
+    return HeavyConfig(steps=8_000, patience=200, halvings=7)
+
+
+RUNS: list[tuple[str, str, dict[str, Any]]] = [
+    ("fbil", "default", {}),
+    ("rbfm-light", "default", {}),
+    ("rbfm-heavy", "default", {}),
+    ("fbil", "paper", {}),
+    ("rbfm-light", "paper", {}),
+    ("rbfm-heavy", "paper", {}),
+    ("rbfm-light", "long", LONG),
+    ("rbfm-heavy", "long", LONG),
+]
+
+
+def _write(path: Path, rows: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--demos", required=True, help="demonstrations file (rbfm demos)")
     parser.add_argument("--checkpoint", default="cheetah", help="model (default: shipped)")
-    parser.add_argument("--draw", type=int, default=4, help="demonstrations drawn, as a cell")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
+    parser.add_argument("--task", required=True)
+    parser.add_argument("--noise", type=float, nargs="+", default=[0.0, 0.3])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    parser.add_argument("--pool", type=int, default=20, help="demonstrations rolled out")
+    parser.add_argument("--draw", type=int, default=4, help="demonstrations per seed")
+    parser.add_argument(
+        "--methods",
+        nargs="+",
+        default=None,
+        help="method/settings pairs, e.g. rbfm-light/default (default: all)",
+    )
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--no-long", action="store_true", help="skip the long reference runs (own experts: 0)"
+    )
     args = parser.parse_args()
-    torch.set_num_threads(1)
-    model, _ = load_checkpoint(args.checkpoint)
-    demos = load_demos(args.demos).sample(args.draw, args.seed)
-    data = prepare(model, demos)
-    n = len(data.obs)
-
-    def losses(z: torch.Tensor) -> tuple[float, float]:
-        with torch.no_grad():
-            pi = model.actor(data.obs, z.expand(n, -1))
-            loss = (pi - data.action).square().sum(-1)
-        (cert,) = tv_certificates(loss, (EPS,))
-        return cert.nominal, cert.worst_case
-
-    print(f"{demos.domain}: {args.draw} demonstrations, {n} transitions, TV radius {EPS}")
-    print(f"{'z':<12} {'nominal':>9} {'worst case':>11} {'seconds':>8}")
-    print(f"{'warm start':<12} {losses(data.z_w)[0]:>9.3f} {losses(data.z_w)[1]:>11.3f}")
-    for name in args.variants:
-        method, overrides = VARIANTS[name]
-        if overrides.get("batch_size") == 0:
-            overrides = {**overrides, "batch_size": n}
-        start = time.perf_counter()
-        result = infer(model, demos, method, seed=args.seed, **overrides)
-        nominal, worst = losses(result.z)
-        print(f"{name:<12} {nominal:>9.3f} {worst:>11.3f} {time.perf_counter() - start:>8.0f}")
+    model, meta = load_checkpoint(args.checkpoint, device=args.device)
+    device = next(model.parameters()).device
+    domain = str(meta["domain"])
+    z_e = torch.tensor(meta["task_z"][args.task], device=device, dtype=torch.float32)
+    rows: list[dict[str, Any]] = []
+    score = _score_config()
+    for noise in args.noise:
+        pool = generate_demos(model, domain, args.task, z_e, args.pool, 0, action_noise=noise)
+        print(
+            f"{domain}/{args.task}, action noise {noise}: expert return "
+            f"{pool.returns.mean():.1f} over {args.pool} episodes",
+            flush=True,
+        )
+        for seed in args.seeds:
+            demos = pool.sample(args.draw, seed)
+            data = prepare(model, demos)
+            for method, settings, extra in RUNS:
+                if args.no_long and settings == "long":
+                    continue
+                if args.methods and f"{method}/{settings}" not in args.methods:
+                    continue
+                named = "default" if settings == "long" else settings
+                res = infer(model, demos, method, seed=seed, settings=named, **extra)
+                start = time.perf_counter()
+                losses = full_losses(data, res.z, model.radius, 16_384)
+                tv, _ = light_objective(losses, EPS)
+                heavy, _, _, heavy_conv = heavy_value(model, demos, res.z, score, seed)
+                row = {
+                    "domain": domain,
+                    "task": args.task,
+                    "noise": noise,
+                    "expert_return": float(pool.returns.mean()),
+                    "seed": seed,
+                    "method": method,
+                    "settings": settings,
+                    "nominal": float(losses.mean()),
+                    "tv": float(tv),
+                    "heavy": heavy,
+                    "heavy_fit_converged": heavy_conv,
+                    "dist": float((res.z - z_e).norm()),
+                    "objective": res.objective,
+                    "steps": res.steps,
+                    "converged": res.converged,
+                    "seconds": res.seconds,
+                    "score_seconds": time.perf_counter() - start,
+                }
+                rows.append(row)
+                if args.out is not None:  # rewritten after every run: a partial table survives
+                    _write(args.out, rows)
+                print(
+                    f"  seed {seed} {method:<10} {settings:<7} nominal {row['nominal']:.4f} "
+                    f"tv {row['tv']:.4f} heavy {heavy:.4f} dist {row['dist']:.3f} "
+                    f"steps {res.steps} converged {res.converged} {res.seconds:.1f}s",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -67,24 +68,25 @@ def test_bedroil_and_rbfm_heavy_share_the_critic_loss() -> None:
     g = torch.Generator().manual_seed(0)
     q0, q, q_next, loss = (torch.randn(64, generator=g) for _ in range(4))
     c = duals.heavy_residual(loss, q, q_next, 0.99)
-    tau = torch.tensor(0.7)
-    value, w = duals.heavy_critic_loss(q0, c, tau, 0.8, 0.99, get_divergence("soft_tv"))
-    f = get_divergence("soft_tv").f
-    expected = (1 - 0.99) * q0.mean() + 0.8 * tau + (w * c - tau * f(w)).mean()
+    div = get_divergence("soft_tv")
+    floor = div.tau_floor(c)  # below it some c / tau exceeds 1/2: the dual is +inf
+    assert float(floor) > 0.7
+    below, _ = duals.heavy_critic_loss(q0, c, torch.tensor(0.7), 0.8, 0.99, div)
+    assert math.isinf(float(below))
+    value, w = duals.heavy_critic_loss(q0, c, floor, 0.8, 0.99, div)
+    expected = (1 - 0.99) * q0.mean() + 0.8 * floor + (w * c - floor * div.f(w)).mean()
     torch.testing.assert_close(value, expected)
-    # The step evaluates that same value and w*, then projects tau onto tau > 0: an
-    # (ascending) SGD step of size 10 would take tau below zero.
-    tau_g = torch.tensor(0.7, requires_grad=True)
-    (grad,) = torch.autograd.grad(
-        duals.heavy_critic_loss(q0, c, tau_g, 0.8, 0.99, get_divergence("soft_tv"))[0], tau_g
-    )
-    assert 0.7 + 10 * float(grad) < 0
+    assert torch.isfinite(w).all()
+    # The step first raises tau to the floor (where the dual is finite), evaluates that
+    # value and w*, steps, then keeps tau >= 1e-6: an SGD step of size 10 would take
+    # it below zero.
+    tau_g = floor.clone().requires_grad_(True)
+    (grad,) = torch.autograd.grad(duals.heavy_critic_loss(q0, c, tau_g, 0.8, 0.99, div)[0], tau_g)
+    assert float(floor) - 10 * float(grad) < 0
     tau_p = torch.tensor(0.7, requires_grad=True)
     params = [t.clone().requires_grad_(True) for t in (q, q_next, q0)]
-    opt = torch.optim.SGD([*params, tau_p], lr=10.0, maximize=True)
-    step_value, step_w = rbfm_heavy.critic_step(
-        *params, loss, tau_p, opt, 0.8, 0.99, get_divergence("soft_tv")
-    )
+    opt = torch.optim.SGD([*params, tau_p], lr=10.0)
+    step_value, step_w = rbfm_heavy.critic_step(*params, loss, tau_p, opt, 0.8, 0.99, div)
     torch.testing.assert_close(step_value.detach(), expected)
     torch.testing.assert_close(step_w, w)
     assert float(tau_p.detach()) == pytest.approx(1e-6, rel=1e-6)

@@ -116,7 +116,9 @@ def test_soft_tv_three_regimes() -> None:
     assert w[0] == 0 and w[1] == 0  # below f'(0): the optimum is at w = 0
     assert float(w[2]) == pytest.approx(1.0)  # f'(1) = 0
     assert float(w[3]) == pytest.approx(1 + math.atanh(0.6))
-    assert torch.isfinite(w).all() and w[4] > 7 and w[5] == w[4]  # clamped below 1/2
+    # At and beyond 1/2 the supremum is not attained (infinite beyond): w* = +inf, not a
+    # clamped finite weight.
+    assert math.isinf(w[4]) and math.isinf(w[5])
     np.testing.assert_allclose(div.f_prime(w[2:4]), y[2:4])
 
 
@@ -193,10 +195,13 @@ def _dual(m: dict[str, np.ndarray], gamma: float, eps: float, name: str) -> floa
     def objective() -> torch.Tensor:
         q_next = (pi * q_table).sum(-1)[s2]  # E_{a' ~ pi(s')} Q(s', a')
         c = heavy_residual(loss, q_table[s, a], q_next, gamma)
+        # Where f' is bounded (SoftTV) the dual is +inf for tau < c / sup f': search only
+        # where it is finite (the optimum is inside, its weights being finite here).
+        floor = c.clamp(min=0).max() / div.y_cap if math.isfinite(div.y_max) else 0.0
         value, _ = heavy_critic_loss(
             q_table.flatten(),
             c,
-            log_tau.exp(),
+            floor + log_tau.exp(),
             eps,
             gamma,
             div,
@@ -234,3 +239,58 @@ def test_heavy_policy_loss_weights_losses_without_gradient_to_w() -> None:
     assert float(value.detach()) == pytest.approx((0 + 6 + 5) / 3)
     assert w.grad is None and loss.grad is not None
     assert loss.grad.tolist() == pytest.approx([0.0, 2 / 3, 1 / 3])
+
+
+@pytest.mark.parametrize("name", ["soft_tv", "kl"])
+@pytest.mark.parametrize("seed", range(3))
+def test_heavy_dual_at_any_critic_bounds_the_primal_or_is_infinite(name: str, seed: int) -> None:
+    """The Heavy certificate is the dual at whatever (Q, tau) a fit reached: by weak
+    duality it bounds the robust primal from above at every (Q, tau), and where tau is
+    below the dual's domain (SoftTV: some c / tau >= 1/2) it is +inf, never a clamped
+    finite number and never NaN."""
+    m, gamma, eps = _mdp(seed), 0.9, 0.05
+    primal = _primal(m, gamma, eps, name)
+    rho0 = torch.tensor(_nominal_occupancy(m, gamma))
+    s, a, s2 = rho0.nonzero().T
+    pi, mu = torch.tensor(m["pi"]), torch.tensor(m["mu"])
+    div = get_divergence(name)
+    rng = np.random.default_rng(seed)
+    infinite = 0
+    for _ in range(200):
+        q_table = torch.tensor(rng.normal(0, 3, m["pi"].shape))
+        c = heavy_residual(
+            torch.tensor(m["loss"])[s], q_table[s, a], (pi * q_table).sum(-1)[s2], gamma
+        )
+        tau = torch.tensor(float(np.exp(rng.uniform(-4, 3))), dtype=torch.float64)
+        value, _ = heavy_critic_loss(
+            q_table.flatten(),
+            c,
+            tau,
+            eps,
+            gamma,
+            div,
+            weights=rho0[s, a, s2],
+            q0_weights=(mu[:, None] * pi).flatten(),
+        )
+        assert not torch.isnan(value)
+        assert float(value) >= primal - 1e-9
+        if name == "soft_tv" and float(c.max() / tau) > 0.5:
+            assert math.isinf(float(value)) and float(value) > 0
+            infinite += 1
+    assert infinite > 0 or name == "kl"  # the draws did reach outside the domain
+
+
+def test_kl_overflow_is_an_infinite_bound_not_nan() -> None:
+    """KL's w* = exp(c / tau - 1) overflows float32 for c / tau > ~89: the value is
+    reported as +inf, and its gradient stays finite (no inf * 0)."""
+    div = get_divergence("kl")
+    c = torch.tensor([0.5, 200.0], requires_grad=True)
+    tau = torch.tensor(1.0, requires_grad=True)
+    value, w = heavy_critic_loss(torch.zeros(2), c, tau, 0.1, 0.9, div)
+    assert math.isinf(float(value.detach())) and math.isinf(float(w[1]))
+    value.backward()
+    assert torch.isfinite(c.grad).all() and torch.isfinite(tau.grad)
+    # Solvers keep tau above the floor, where the value is finite.
+    floor = div.tau_floor(c.detach())
+    finite, _ = heavy_critic_loss(torch.zeros(2), c.detach(), floor, 0.1, 0.9, div)
+    assert math.isfinite(float(finite))

@@ -7,3 +7,8 @@ import os
 os.environ.setdefault("MUJOCO_GL", "disable")
 
 __version__ = "0.1.0"
+
+# Seed of evaluation episodes' initial states wherever rbfm evaluates inferred policies
+# (experiment runner, `rbfm evaluate`, quickstart): apart from the seeds demonstrations
+# are rolled out with (0 by default), so no policy is scored on its own demos' states.
+EVAL_SEED = 1000

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from rbfm import EVAL_SEED
 from rbfm.errors import ConfigError, RbfmError
 
 
@@ -264,7 +265,16 @@ def _cmd_demos(args: argparse.Namespace) -> None:
         ds = load_dataset(training_data(meta, args.dataset, args.checkpoint), domain)
         obs, rewards = labelled_states(ds, domain, model.cfg.reward_samples, args.seed)
         z, source = infer_z(model, obs, rewards[args.task]), "dataset"
-    demos = generate_demos(model, domain, args.task, z, args.episodes, args.seed, progress=True)
+    demos = generate_demos(
+        model,
+        domain,
+        args.task,
+        z,
+        args.episodes,
+        args.seed,
+        progress=True,
+        action_noise=args.action_noise,
+    )
     demos.meta.update(checkpoint=str(args.checkpoint), z_source=source)
     path = save_demos(args.out, demos)
     m, h = mean_ci(demos.returns)
@@ -277,7 +287,7 @@ def _cmd_demos(args: argparse.Namespace) -> None:
 def _cmd_infer(args: argparse.Namespace) -> None:
     from rbfm.baselines import BASELINES, save_policy, train_baseline
     from rbfm.evaluation.sweep import save_z
-    from rbfm.inference import infer, load_demos
+    from rbfm.inference import infer, load_demos, method_config
 
     _check_out(args.out)
     demos_all = load_demos(args.demos)
@@ -333,7 +343,8 @@ def _cmd_infer(args: argparse.Namespace) -> None:
         overrides["bf16"] = True
     if "eps" in overrides and args.method == "fbil":
         raise ConfigError("--eps applies to rbfm-light and rbfm-heavy only")
-    result_z = infer(model, demos, args.method, args.seed, True, **overrides)
+    method_config(args.method, args.settings, **overrides)  # refused before any work
+    result_z = infer(model, demos, args.method, args.seed, True, args.settings, **overrides)
     save_z(
         args.out,
         result_z.z,
@@ -341,16 +352,28 @@ def _cmd_infer(args: argparse.Namespace) -> None:
             **common,
             "checkpoint": str(args.checkpoint),
             "model_sha256": model_meta["sha256"],
+            "settings": args.settings,
             "overrides": overrides,
             "seconds": result_z.seconds,
             "steps": result_z.steps,
-            "final_objective": result_z.trace[-1] if result_z.trace else None,
+            # The method's objective on every demonstration transition at z (deterministic).
+            "objective": result_z.objective,
+            "converged": result_z.converged,
             **result_z.extra,
         },
     )
+    state = (
+        "converged"
+        if result_z.converged
+        else "NOT converged: the step cap came first (raise --steps)"
+        if args.settings == "default"
+        else "still improving at the end (the paper's fixed step count)"
+    )
+    n = len(demos.transitions()["action"])
     print(
-        f"{args.method}: z written to {args.out} ({result_z.steps} steps, "
-        f"{result_z.seconds:.1f} s, {result_z.ms_per_step:.2f} ms/step)"
+        f"{args.method} ({args.settings} settings): z written to {args.out} "
+        f"({result_z.steps} steps, {result_z.seconds:.1f} s, {result_z.ms_per_step:.2f} "
+        f"ms/step); objective on all {n} transitions {result_z.objective:.4g}, {state}"
     )
 
 
@@ -443,7 +466,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def _cmd_quickstart(args: argparse.Namespace) -> None:
-    from rbfm.quickstart import QuickstartConfig, quickstart
+    from rbfm.quickstart import QuickstartConfig, quickstart, reading
 
     cfg = QuickstartConfig(out=args.out, checkpoint=args.checkpoint)
     rows = quickstart(cfg)
@@ -457,6 +480,7 @@ def _cmd_quickstart(args: argparse.Namespace) -> None:
     for level in levels:
         cells = {r.method: f"{r.mean:7.1f} +- {r.ci95:<6.1f}" for r in rows if r.level == level}
         print(f"{level:>8g} " + " ".join(f"{cells[m]:>18}" for m in methods))
+    print(reading(rows))
 
 
 def _portable(path: str) -> str:
@@ -673,6 +697,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="infer the task's z from this dataset (default: the z stored in the "
         "checkpoint, else the model's training dataset)",
     )
+    p.add_argument(
+        "--action-noise",
+        type=float,
+        default=0.0,
+        help="std of Gaussian noise on the expert's actions, clipped to [-1, 1]: "
+        "demonstrations the model cannot reproduce exactly (default: 0, its own policy)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None)
     p.set_defaults(func=_cmd_demos)
@@ -690,7 +721,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="baselines: paper (Tables 8-9) or cpu (far fewer steps)",
     )
     p.add_argument("--eps", type=float, default=None, help="robustness radius (default 0.8)")
-    p.add_argument("--steps", type=int, default=None, help="default: the paper's")
+    p.add_argument(
+        "--settings",
+        default="default",
+        choices=["default", "paper"],
+        help="FB methods: default (converged: full-batch descent, stopped by its own "
+        "convergence rule) or paper (Tables 5-7); docs/inference.md (default: default)",
+    )
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="FB methods: the step cap (default 3000; paper: 3000 FB-IL, 5000 Light/Heavy)",
+    )
     p.add_argument("--num-demos", type=int, default=4, help="episodes drawn per seed")
     p.add_argument(
         "--bf16",
@@ -724,7 +767,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="default: the family's six sweep levels",
     )
     p.add_argument("--episodes", type=int, default=10)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=EVAL_SEED,
+        help="initial states of the evaluation episodes (default: %(default)s, apart from "
+        "`rbfm demos`'s default seed 0, so that policies are not scored on the states "
+        "their demonstrations started from; the experiment runner uses the same)",
+    )
     p.add_argument("--device", default=None)
     p.add_argument("--out", default=None, help="CSV file for the table")
     p.set_defaults(func=_cmd_evaluate)

@@ -2,7 +2,12 @@
 
 collect -> pretrain (skipped when a reference checkpoint is shipped or given) ->
 expert demonstrations -> FB-IL, RBFM-Light, RBFM-Heavy -> a perturbation sweep ->
-a table (printed, CSV) and a plot (PNG).
+a table (printed, CSV), a plot (PNG) and a one-line reading of the table.
+
+The expert is the model's own task policy with Gaussian action noise (std 0.3): a
+model reproduces its own deterministic policy exactly, and then every method's
+objective is minimised by that policy's z and converged methods all return it (no
+robustness can show). Real users' demonstrations are never the model's own.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from rbfm import EVAL_SEED
 from rbfm.evaluation.plots import plot_sweep
 from rbfm.evaluation.sweep import SweepRow, sweep, write_csv
 from rbfm.fb.checkpoint import load_checkpoint, read_meta, shipped_model
@@ -25,9 +31,12 @@ class QuickstartConfig:
     checkpoint: str | None = None  # default: the shipped cheetah model, else train one
     task: str = "walk"
     perturbation: str = "joint_friction"
-    demos: int = 10  # generated; 4 are drawn per inference seed
+    demos: int = 10  # generated; `num_demos` are drawn per inference seed
+    num_demos: int = 1  # one demonstration per seed keeps the quickstart to minutes
     seeds: int = 3
-    inference_steps: int = 1000
+    action_noise: float = 0.3
+    settings: str = "default"  # inference settings (rbfm.inference.SETTINGS)
+    inference_steps: int | None = None  # the step cap (None: the settings' own)
     episodes: int = 5  # per task vector and level
     collect_transitions: int = 50_000
     pretrain_steps: int = 8_000
@@ -78,17 +87,36 @@ def quickstart(cfg: QuickstartConfig, progress: bool = True) -> list[SweepRow]:
     if cfg.task not in task_z:
         raise ValueError(f"{path} holds no reward-inferred z for {cfg.task!r}")
     z_expert = torch.tensor(task_z[cfg.task])
-    _log(start, f"generating {cfg.demos} expert demonstrations of cheetah/{cfg.task}")
-    demos = generate_demos(model, "cheetah", cfg.task, z_expert, cfg.demos, 0, progress=progress)
+    _log(
+        start,
+        f"generating {cfg.demos} expert demonstrations of cheetah/{cfg.task} "
+        f"(the model's policy with action noise {cfg.action_noise})",
+    )
+    demos = generate_demos(
+        model,
+        "cheetah",
+        cfg.task,
+        z_expert,
+        cfg.demos,
+        0,
+        progress=progress,
+        action_noise=cfg.action_noise,
+    )
     _log(start, f"expert return {demos.returns.mean():.1f}")
     zs = []
     for method in METHODS:
         for seed in range(cfg.seeds):
-            res = infer(
-                model, demos.sample(4, seed), method, seed, progress, steps=cfg.inference_steps
-            )
+            draw = demos.sample(cfg.num_demos, seed)
+            cap = {} if cfg.inference_steps is None else {"steps": cfg.inference_steps}
+            res = infer(model, draw, method, seed, progress, settings=cfg.settings, **cap)
             zs.append((method, res.z))
-            _log(start, f"{method} seed {seed}: {res.steps} steps in {res.seconds:.1f} s")
+            state = "converged" if res.converged else "NOT converged (step cap)"
+            _log(
+                start,
+                f"{method} seed {seed}: {res.steps} steps in {res.seconds:.1f} s, {state}, "
+                f"objective {res.objective:.3f}, ||z - z_expert|| "
+                f"{float((res.z.cpu() - z_expert).norm()):.2f}",
+            )
     pert = get_perturbation("cheetah", cfg.perturbation)
     _log(start, f"evaluating under {cfg.perturbation} at {', '.join(map(str, pert.levels))}")
     rows = sweep(
@@ -99,6 +127,7 @@ def quickstart(cfg: QuickstartConfig, progress: bool = True) -> list[SweepRow]:
         cfg.perturbation,
         list(pert.levels),
         cfg.episodes,
+        seed=EVAL_SEED,  # not the demonstrations' initial states (seed 0)
         progress=progress,
     )
     write_csv(out / "sweep.csv", rows, {"task": cfg.task, "perturbation": cfg.perturbation})
@@ -121,3 +150,22 @@ def quickstart(cfg: QuickstartConfig, progress: bool = True) -> list[SweepRow]:
     )
     _log(start, f"wrote {out / 'sweep.csv'} and {png}")
     return rows
+
+
+def reading(rows: list[SweepRow]) -> str:
+    """One line on what the table shows at the largest perturbation level: the best
+    method, and whether its 95% CI is clear of every other method's."""
+    top = max(r.level for r in rows if r.level is not None)
+    last = sorted((r for r in rows if r.level == top), key=lambda r: -r.mean)
+    best, rest = last[0], last[1:]
+    clear = all(best.mean - best.ci95 > r.mean + r.ci95 for r in rest)
+    others = ", ".join(f"{r.method} {r.mean:.0f}" for r in rest)
+    verdict = (
+        "its CI is clear of the others'"
+        if clear
+        else "the CIs overlap, so these seeds cannot order the methods"
+    )
+    return (
+        f"At the largest level ({top:g}) {best.method} scores {best.mean:.0f} "
+        f"({others}): {verdict}."
+    )

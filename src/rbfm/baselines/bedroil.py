@@ -25,6 +25,7 @@ from rbfm.inference.demos import Demos
 from rbfm.inference.divergences import get_divergence
 from rbfm.inference.duals import heavy_policy_loss
 from rbfm.inference.rbfm_heavy import check_heavy, critic_step
+from rbfm.seeding import seeded
 
 _LOG_STD = (-5.0, 2.0)
 
@@ -100,10 +101,10 @@ def train(
     dev = torch.device(device or "cpu")
     data = demo_tensors(demos, obs_dim, action_dim, dev)
     divergence = get_divergence(cfg.divergence)
-    torch.manual_seed(seed)
     gen = torch.Generator(dev).manual_seed(seed)
-    policy = TanhGaussianPolicy(obs_dim, action_dim, cfg.hidden).to(dev)
-    q = mlp(obs_dim + action_dim, cfg.hidden, 1, nn.ReLU).to(dev)
+    with seeded(seed):  # the initial weights, without reseeding the caller's generator
+        policy = TanhGaussianPolicy(obs_dim, action_dim, cfg.hidden).to(dev)
+        q = mlp(obs_dim + action_dim, cfg.hidden, 1, nn.ReLU).to(dev)
     tau = torch.tensor(cfg.tau_init, device=dev, requires_grad=True)
     critic_opt = torch.optim.Adam([*q.parameters(), tau], lr=cfg.lr)
     policy_opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)

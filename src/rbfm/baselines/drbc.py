@@ -21,6 +21,7 @@ from rbfm.checks import in_range, positive_ints
 from rbfm.errors import unknown
 from rbfm.inference.demos import Demos
 from rbfm.inference.duals import light_objective
+from rbfm.seeding import seeded
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,9 @@ def train(
     start = time.perf_counter()
     dev = torch.device(device or "cpu")
     data = demo_tensors(demos, obs_dim, action_dim, dev)
-    torch.manual_seed(seed)
     gen = torch.Generator(dev).manual_seed(seed)
-    policy = DeterministicPolicy(obs_dim, action_dim, cfg.hidden).to(dev)
+    with seeded(seed):  # the initial weights, without reseeding the caller's generator
+        policy = DeterministicPolicy(obs_dim, action_dim, cfg.hidden).to(dev)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     schedule = torch.optim.lr_scheduler.StepLR(opt, cfg.decay_every, cfg.lr_decay)
     result = BaselineResult("drbc", policy)

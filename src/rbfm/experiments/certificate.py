@@ -6,11 +6,13 @@ methods optimise.
   distribution. `duals.light_worst_case` solves it exactly: the value is the worst case.
 - `heavy`: RBFM-Heavy's / BE-DROIL's set, occupancies realisable under some dynamics
   within f-divergence eps of the demonstrations'. The dual (Section 3.2) is minimised over
-  a critic Q and tau; the number reported is its value at the fitted (Q, tau) on every
-  transition. By weak duality the dual at any (Q, tau) bounds the worst case from above
-  for the demonstrations' own chain of transitions, whose next pairs are its current
-  pairs shifted by one step (exactly so but for the trajectories' ends); it is the
-  quantity RBFM-Heavy minimises, so policies are compared on the same footing.
+  a critic Q and tau on every transition by `rbfm_heavy.fit_critic` (RBFM-Heavy's default
+  solver, with tau kept where the dual is finite); the number reported is its value there.
+  By weak duality the dual at any (Q, tau) bounds the worst case from above for the
+  demonstrations' own chain of transitions, whose next pairs are its current pairs
+  shifted by one step (exactly so but for the trajectories' ends); it is the quantity
+  RBFM-Heavy minimises, so policies are compared on the same footing. A bound the fit
+  could not make finite is reported as inf, never as a clamped number.
 
 Losses are the policy's deterministic squared action errors ||pi(s) - a||^2 (no
 smoothing noise), over every demonstration transition the policy was inferred from.
@@ -21,11 +23,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from torch import nn
 
-from rbfm.inference.divergences import get_divergence
-from rbfm.inference.duals import heavy_critic_loss, heavy_residual, light_worst_case
-from rbfm.inference.rbfm_heavy import critic_step
+from rbfm.inference.duals import light_worst_case
+from rbfm.inference.rbfm_heavy import HeavyConfig, fit_critic
 
 RADII = (0.2, 0.4, 0.6, 0.8, 1.0)
 
@@ -52,44 +52,21 @@ def heavy_certificates(
     feat: torch.Tensor,
     next_feat: torch.Tensor,
     radii: tuple[float, ...],
-    steps: int = 300,
+    steps: int = 3000,
     gamma: float = 0.99,
     divergence: str = "soft_tv",
-    hidden: int = 64,
-    lr: float = 3e-3,
-    batch_size: int = 512,
     seed: int = 0,
 ) -> list[Certificate]:
-    """The Heavy dual for each radius: (Q, tau) fitted on minibatches, then the dual
-    evaluated exactly on every transition at the fitted (Q, tau).
+    """The Heavy dual for each radius, (Q, tau) fitted on every transition.
 
     `feat`/`next_feat` are the critic's inputs at (s, a) and (s', a'): the FB features
     F(s, a, z_w) for task vectors, the raw pairs for baseline policies (as BE-DROIL).
-    Every demonstration state is an initial state, as in inference.
+    Every demonstration state is an initial state, as in inference. `steps` caps each fit.
     """
-    div = get_divergence(divergence)
-    losses = losses.detach()
     nominal = float(losses.mean())
     out = []
-    gen = torch.Generator(feat.device).manual_seed(seed)
     for r in radii:
-        torch.manual_seed(seed)
-        q = nn.Sequential(
-            nn.Linear(feat.shape[-1], hidden),
-            nn.ReLU(),
-            nn.Linear(hidden, hidden),
-            nn.ReLU(),
-            nn.Linear(hidden, 1),
-        ).to(feat.device)
-        tau = torch.tensor(1.0, device=feat.device, requires_grad=True)
-        opt = torch.optim.Adam([*q.parameters(), tau], lr=lr)
-        for _ in range(steps):
-            idx = torch.randint(len(feat), (batch_size,), generator=gen, device=feat.device)
-            q_s = q(feat[idx])[:, 0]
-            critic_step(q_s, q(next_feat[idx])[:, 0], q_s, losses[idx], tau, opt, r, gamma, div)
-        with torch.no_grad():
-            q_s = q(feat)[:, 0]
-            c = heavy_residual(losses, q_s, q(next_feat)[:, 0], gamma)
-            value, _ = heavy_critic_loss(q_s, c, tau, r, gamma, div)
-        out.append(Certificate("heavy", r, nominal, float(value)))
+        cfg = HeavyConfig(steps=steps, eps=r, gamma=gamma, divergence=divergence)
+        value, _, _, _ = fit_critic(losses, feat, next_feat, cfg, seed)
+        out.append(Certificate("heavy", r, nominal, value))
     return out

@@ -62,7 +62,7 @@ class InferJob:
     demos: Demos  # the episodes drawn for this seed
     checkpoint: str | None  # FB methods
     resume: str | None = None  # baselines: snapshot file (paper presets run for hours)
-    certificate_steps: int = 300  # critic steps per radius of the Heavy certificate; 0: none
+    certificate_steps: int = 1000  # the cap on each radius's Heavy certificate fit; 0: none
 
 
 @dataclass

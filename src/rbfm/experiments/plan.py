@@ -181,7 +181,7 @@ def _families(entry: ModelEntry, where: str) -> dict[str, tuple[float | None, ..
 def _variants(entry: MethodEntry, domain: str, where: str) -> list[Variant]:
     """The method's configs (one per eps), built and so validated by the config classes."""
     from rbfm.baselines import baseline_config
-    from rbfm.inference import METHODS
+    from rbfm.inference import SETTINGS, method_config
 
     if entry.name not in ALL_METHODS:
         raise ConfigError(
@@ -193,6 +193,10 @@ def _variants(entry: MethodEntry, domain: str, where: str) -> list[Variant]:
         raise ConfigError(f"{where}.overrides.eps: give the radius as the method's `eps` field")
     if len(set(entry.eps)) != len(entry.eps):
         raise ConfigError(f"{where}.eps: a value is listed twice")
+    if entry.settings not in SETTINGS:
+        raise ConfigError(f"{where}.settings: {entry.settings!r}; valid: {', '.join(SETTINGS)}")
+    if entry.settings != "default" and entry.name in BASELINE_METHODS:
+        raise ConfigError(f"{where}.settings: baselines take a `preset`, not settings")
     variants = []
     for eps in entry.eps or (None,):
         overrides = dict(entry.overrides) | ({} if eps is None else {"eps": eps})
@@ -202,12 +206,14 @@ def _variants(entry: MethodEntry, domain: str, where: str) -> list[Variant]:
                     baseline_config(entry.name, entry.preset, domain, overrides)
                 )
             else:
-                cfg = dataclasses.asdict(METHODS[entry.name][1](**overrides))
+                cfg = dataclasses.asdict(method_config(entry.name, entry.settings, **overrides))
         except TypeError as e:
             raise ConfigError(f"{where}.overrides: {e}") from e
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from e
         label = "" if eps is None or len(entry.eps) == 1 else f"eps={eps:g}"
+        if entry.settings != "default":
+            label = ",".join(x for x in (entry.settings, label) if x)
         used = cfg.get("eps")
         variants.append(
             Variant(

@@ -1,7 +1,9 @@
 """Task inference from demonstrations: FB-IL, RBFM-Light, RBFM-Heavy and their duals.
 
 Every method has the same interface, `infer(model, demos, config, seed) -> result`,
-and is registered in METHODS with its config class.
+and is registered in METHODS with its config class. Two named settings choose the
+configs (`method_config`): "default", what converges (each config class's defaults),
+and "paper", Tables 5-7 as the paper runs them (docs/inference.md compares them).
 """
 
 from collections.abc import Callable
@@ -28,6 +30,25 @@ METHODS: dict[str, tuple[Callable[..., InferenceResult], type]] = {
     "rbfm-heavy": (rbfm_heavy.infer, rbfm_heavy.HeavyConfig),
 }
 
+# Per settings name, per method: the fields that differ from the config's defaults.
+SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
+    "default": {m: {} for m in METHODS},
+    "paper": {
+        "fbil": fbil.PAPER,
+        "rbfm-light": rbfm_light.PAPER,
+        "rbfm-heavy": rbfm_heavy.PAPER,
+    },
+}
+
+
+def method_config(method: str, settings: str = "default", **overrides: Any) -> Any:
+    """`method`'s config under the named settings, with `overrides` (e.g. eps=0.5) on top."""
+    if method not in METHODS:
+        raise unknown("inference method", method, METHODS)
+    if settings not in SETTINGS:
+        raise unknown("inference settings", settings, SETTINGS)
+    return METHODS[method][1](**(SETTINGS[settings][method] | overrides))
+
 
 def infer(
     model: FBModel,
@@ -35,18 +56,18 @@ def infer(
     method: str,
     seed: int = 0,
     progress: bool = False,
+    settings: str = "default",
     **overrides: Any,
 ) -> InferenceResult:
-    """Runs `method` with its paper defaults, optionally overridden (e.g. eps=0.5)."""
-    if method not in METHODS:
-        raise unknown("inference method", method, METHODS)
-    run, config = METHODS[method]
-    return run(model, demos, config(**overrides), seed, progress)
+    """Runs `method` under the named settings, optionally overridden (e.g. eps=0.5)."""
+    cfg = method_config(method, settings, **overrides)
+    return METHODS[method][0](model, demos, cfg, seed, progress)
 
 
 __all__ = [
     "DIVERGENCES",
     "METHODS",
+    "SETTINGS",
     "Demos",
     "Divergence",
     "InferenceResult",
@@ -60,6 +81,7 @@ __all__ = [
     "light_objective",
     "light_worst_case",
     "load_demos",
+    "method_config",
     "save_demos",
     "warm_start",
 ]

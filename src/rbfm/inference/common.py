@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -23,10 +24,14 @@ T = TypeVar("T")
 class InferenceResult:
     method: str
     z: torch.Tensor  # on the sqrt(d) sphere
-    trace: list[float] = field(default_factory=list)  # objective, every `trace_every` steps
+    # The method's objective on every demonstration transition, deterministic (no
+    # smoothing noise): at each check during the descent, and at the returned z.
+    trace: list[float] = field(default_factory=list)
+    objective: float = math.nan
+    converged: bool = False  # the stopping rule held (see `Plateau`), not the step cap
     seconds: float = 0.0  # everything, preparation included
     setup_seconds: float = 0.0  # the once-per-run part: tensors, embeddings, features
-    steps: int = 0
+    steps: int = 0  # steps taken (<= the config's cap)
     extra: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -86,20 +91,37 @@ def prepare(model: FBModel, demos: Demos, bf16: bool = False) -> Prepared:
 
 def imitation_losses(
     data: Prepared,
-    idx: torch.Tensor,
+    idx: torch.Tensor | None,
     z: torch.Tensor,
     radius: float,
     noise_std: float,
-    gen: torch.Generator,
+    gen: torch.Generator | None,
 ) -> torch.Tensor:
-    """Per-sample ||pi_z(s) + noise - a||^2 on a batch (policy smoothing noise, Tables 5-7).
+    """Per-sample ||pi_z(s) + noise - a||^2 on a batch (`idx`; None: every transition),
+    with the policy smoothing noise of Tables 5-7 when noise_std > 0.
 
     The actor runs in its own dtype (see `prepare`); the losses are computed in fp32.
     """
-    zb = project(z, radius).to(data.actor_obs.dtype).expand(len(idx), -1)
-    pi = data.actor.from_embedding(data.s_embed[idx], data.actor_obs[idx], zb).float()
-    noisy = pi + noise_std * torch.randn(pi.shape, generator=gen, device=pi.device)
-    return (noisy - data.action[idx]).square().sum(-1)
+    s_embed, obs, action = (
+        (data.s_embed, data.actor_obs, data.action)
+        if idx is None
+        else (data.s_embed[idx], data.actor_obs[idx], data.action[idx])
+    )
+    zb = project(z, radius).to(obs.dtype).expand(len(obs), -1)
+    pi = data.actor.from_embedding(s_embed, obs, zb).float()
+    if noise_std > 0:
+        pi = pi + noise_std * torch.randn(pi.shape, generator=gen, device=pi.device)
+    return (pi - action).square().sum(-1)
+
+
+def full_losses(data: Prepared, z: torch.Tensor, radius: float, chunk: int) -> torch.Tensor:
+    """The deterministic loss of every transition, without gradient, `chunk` at a time."""
+    with torch.no_grad():
+        parts = [
+            imitation_losses(data, idx, z, radius, 0.0, None)
+            for idx in torch.arange(len(data.obs), device=data.obs.device).split(chunk)
+        ]
+    return torch.cat(parts)
 
 
 def steps_bar(steps: Iterable[T], desc: str, enabled: bool) -> Iterable[T]:

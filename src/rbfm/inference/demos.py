@@ -184,14 +184,31 @@ def generate_demos(
     seed: int,
     engine: RolloutEngine | None = None,
     progress: bool = False,
+    action_noise: float = 0.0,
 ) -> Demos:
-    """Rolls out pi_z in the nominal environment and records every episode."""
+    """Rolls out pi_z in the nominal environment and records every episode.
+
+    With `action_noise` > 0 the expert acts pi_z(s) + N(0, action_noise^2), clipped to
+    the action bounds [-1, 1], and the executed action is recorded: demonstrations the
+    model cannot reproduce exactly (its deterministic pi_z reproduces its own to ~1e-12).
+    """
+    if not 0.0 <= action_noise <= 10.0 or not np.isfinite(action_noise):
+        raise ConfigError(f"action_noise: {action_noise} is out of range (valid: 0..10)")
+    act = policy(model, z)
+    if action_noise > 0:
+        rng = np.random.default_rng([seed, 1])
+        clean = act
+
+        def act(obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
+            a = clean(obs, episodes)
+            return np.clip(a + action_noise * rng.standard_normal(a.shape), -1.0, 1.0)
+
     own = engine is None
     engine = engine or RolloutEngine(0)
     try:
         res = engine.run(
             EnvSpec(domain, task),
-            policy(model, z),
+            act,
             episodes,
             seed=seed,
             record=True,
@@ -211,7 +228,12 @@ def generate_demos(
         np.concatenate([t["reward"] for t in tr]),
         res.lengths.copy(),
         res.returns.copy(),
-        {"seed": seed, "z": z.detach().cpu().tolist(), "unstable": int(res.unstable.sum())},
+        {
+            "seed": seed,
+            "z": z.detach().cpu().tolist(),
+            "unstable": int(res.unstable.sum()),
+            "action_noise": action_noise,
+        },
     )
 
 

@@ -2,9 +2,10 @@
 
 Each generator gives f, f' and (f')^{-1}, and the closed-form maximiser of the
 pointwise problem  max_{w >= 0} w c - tau f(w)  (Proposition 3):
-w* = max(0, (f')^{-1}(c / tau)). Where f' is bounded above (SoftTV: f' < 1/2)
-the supremum is infinite for c / tau >= sup f'; y = c / tau is clamped just below
-it, and the dual's tau term is what must push tau up until c / tau < sup f'.
+w* = max(0, (f')^{-1}(c / tau)). Where f' is bounded above (SoftTV: f' < 1/2) the
+supremum is +infinity for y = c / tau > sup f' and is not attained at y = sup f':
+there w* is +inf, never a clamped finite value. The dual is then only finite for
+tau >= c / sup f' on every transition, so its solvers keep tau there (`tau_floor`).
 """
 
 from __future__ import annotations
@@ -19,8 +20,13 @@ from rbfm.errors import unknown
 
 Fn = Callable[[torch.Tensor], torch.Tensor]
 
-# SoftTV's inverse derivative is artanh(2y) + 1, finite only for |y| < 1/2.
-_SOFT_TV_MARGIN = 1e-6
+# The largest y = c / tau a solver lets tau reach (`tau_floor`). SoftTV: just inside
+# its domain y < 1/2, where w* = 1 + artanh(1 - 1e-4) ~ 5.95 is finite. KL: its value
+# exp(y - 1) is finite for every y but overflows float32 beyond y ~ 89; 50 keeps w*
+# below 2e21, far above any weight a KL ball of radius <= 100 over <= 1e6 transitions
+# admits (E[w log w] <= eps bounds every w by ~ n eps), so the bound never binds.
+_SOFT_TV_Y_CAP = 0.5 * (1 - 1e-4)
+_KL_Y_CAP = 50.0
 
 
 @dataclass(frozen=True)
@@ -30,19 +36,29 @@ class Divergence:
     f_prime: Fn
     f_prime_inv: Fn  # valid on (f'(0), y_max)
     f_prime_at_zero: float  # below it w* = 0 (-inf: w* > 0 always)
-    y_max: float  # sup of f' (inf: unbounded)
+    y_max: float  # sup of f' (inf: unbounded); the pointwise sup is +inf beyond it
+    y_cap: float  # the largest c / tau solvers allow (<= y_max; see _SOFT_TV_Y_CAP)
 
     def w_star(self, c: torch.Tensor, tau: torch.Tensor | float) -> torch.Tensor:
-        """argmax_{w >= 0} w c - tau f(w), for tau > 0, in its three regimes."""
+        """argmax_{w >= 0} w c - tau f(w), for tau > 0, in its three regimes: 0 for
+        y = c / tau <= f'(0), (f')^{-1}(y) inside, +inf for y >= sup f' (no maximiser:
+        the value grows without bound, or only approaches its sup as w -> inf)."""
         y = c / tau
-        if math.isfinite(self.y_max):
-            y = y.clamp(max=self.y_max - _SOFT_TV_MARGIN)
-        if math.isfinite(self.f_prime_at_zero):
-            # Evaluate the inverse only where it is defined and w* is positive.
-            inside = y > self.f_prime_at_zero
-            safe = torch.where(inside, y, torch.full_like(y, self.f_prime_at_zero + 1e-3))
-            return torch.where(inside, self.f_prime_inv(safe).clamp(min=0.0), torch.zeros_like(y))
-        return self.f_prime_inv(y)
+        low = y <= self.f_prime_at_zero
+        high = y >= self.y_max
+        # Evaluate the inverse only where it is defined and w* is finite and positive.
+        inside = ~(low | high)
+        mid = 0.5 * (max(self.f_prime_at_zero, -1e3) + min(self.y_max, 1e3))
+        safe = torch.where(inside, y, torch.full_like(y, mid))
+        w = self.f_prime_inv(safe).clamp(min=0.0)
+        w = torch.where(low, torch.zeros_like(w), w)
+        return torch.where(high, torch.full_like(w, math.inf), w)
+
+    def tau_floor(self, c: torch.Tensor) -> torch.Tensor:
+        """The smallest tau with c / tau <= y_cap on every element of c (0 when no c is
+        positive): below it the dual is +inf (SoftTV) or overflows (KL)."""
+        top = c.detach().max().clamp(min=0.0)
+        return top / self.y_cap if math.isfinite(self.y_cap) else torch.zeros_like(top)
 
 
 def _soft_tv_f(w: torch.Tensor) -> torch.Tensor:
@@ -63,6 +79,7 @@ DIVERGENCES: dict[str, Divergence] = {
         f_prime_inv=lambda y: 1 + torch.atanh(2 * y),
         f_prime_at_zero=0.5 * math.tanh(-1.0),
         y_max=0.5,
+        y_cap=_SOFT_TV_Y_CAP,
     ),
     "kl": Divergence(
         name="kl",
@@ -71,6 +88,7 @@ DIVERGENCES: dict[str, Divergence] = {
         f_prime_inv=lambda y: torch.exp(y - 1),
         f_prime_at_zero=-math.inf,
         y_max=math.inf,
+        y_cap=_KL_Y_CAP,
     ),
     "chi2": Divergence(
         name="chi2",
@@ -79,6 +97,7 @@ DIVERGENCES: dict[str, Divergence] = {
         f_prime_inv=lambda y: 1 + y / 2,
         f_prime_at_zero=-2.0,
         y_max=math.inf,
+        y_cap=math.inf,
     ),
 }
 

@@ -16,6 +16,8 @@ the sign of f flipped; this is the equation of Section 3.2.)
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from rbfm.inference.divergences import Divergence
@@ -97,10 +99,18 @@ def heavy_critic_loss(
     By Danskin's theorem the gradient of the inner maximum is its gradient at the
     maximiser, so w* is computed without gradient. `weights` (optional) are the
     nominal probabilities of the transitions when the expectation is exact.
+
+    Where some c / tau reaches the end of f''s range (SoftTV: 1/2) the pointwise
+    supremum is not attained (w* = +inf) and the value is +inf: an honest bound, never
+    a clamped finite one. Solvers keep tau above `divergence.tau_floor(c)` to stay finite.
     """
     w = divergence.w_star(c.detach(), tau.detach()).detach()
-    inner = w * c - tau * divergence.f(w)
+    finite = torch.isfinite(w)
+    w_safe = torch.where(finite, w, torch.zeros_like(w))  # no inf * 0 in the gradient
+    inner = w_safe * c - tau * divergence.f(w_safe)
     value = (1 - gamma) * _mean(q0, q0_weights) + eps * tau + _mean(inner, weights)
+    if not bool(finite.all()):
+        value = value + torch.full_like(value.detach(), math.inf)
     return value, w
 
 

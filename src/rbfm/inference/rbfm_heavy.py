@@ -2,56 +2,97 @@
 
 A critic Q(s, a) = MLP(64, 64) on the frozen features F(s, a, z_w) (both heads,
 concatenated) and tau >= 0 minimise the dual
-    (1 - gamma) E_mu[Q(s0, a0)] + eps tau + E[w* c - tau f(w*)],
-c = l_z(s) + gamma Q(s', a') - Q(s, a), w* = max(0, (f')^{-1}(c / tau)); then z
-takes a step on E[sg(w*) l_z(s)]. The two alternate 1:1. Every demonstration state
-is an initial state (mu). The features do not depend on z, so they are computed
-once; each step costs one actor pass, like FB-IL.
+    D(z, Q, tau) = (1 - gamma) E_mu[Q(s0, a0)] + eps tau + E[w* c - tau f(w*)],
+c = l_z(s) + gamma Q(s', a') - Q(s, a), w* = max(0, (f')^{-1}(c / tau)); z minimises
+E[sg(w*) l_z(s)]. By Danskin's theorem that is z's gradient of D itself, so the
+paper's alternation (critic step, then z step with the critic step's w*, both Adam)
+is one Adam step on D over (z, Q, tau) together, and RBFM-Heavy minimises D jointly:
+min over z of the worst case is min over z of min over (Q, tau) of D. Every
+demonstration state is an initial state (mu). The features do not depend on z, so
+they are computed once; each step costs one actor pass, like FB-IL.
+
+D is +inf where some c / tau reaches the end of f''s range (SoftTV: 1/2); before each
+evaluation tau is raised to `Divergence.tau_floor(c)`, the projection onto where D is
+finite (the paper's code clamps c / tau instead, which reports a finite value where
+the true one is infinite). In the default settings tau is optimised on a log scale
+with its own step size: the paper's raw tau at lr 3e-4 moves by at most ~1.5 in 5,000
+steps.
 """
 
 from __future__ import annotations
 
-import time
+import math
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from rbfm.checks import in_range
+from rbfm.errors import ConfigError
 from rbfm.fb.model import FBModel
-from rbfm.fb.networks import project
-from rbfm.inference.common import (
-    InferenceResult,
-    batches,
-    imitation_losses,
-    prepare,
-    sphere,
-    steps_bar,
-)
+from rbfm.inference.common import InferenceResult, Prepared, full_losses, prepare
+from rbfm.inference.convergence import Plateau
 from rbfm.inference.demos import Demos
 from rbfm.inference.divergences import Divergence, get_divergence
-from rbfm.inference.duals import heavy_critic_loss, heavy_policy_loss, heavy_residual
-from rbfm.inference.fbil import FBILConfig
+from rbfm.inference.duals import heavy_critic_loss, heavy_residual
+from rbfm.inference.fbil import (
+    FULL_BATCH_MAX,
+    Descent,
+    FBILConfig,
+    check_start,
+    descend,
+    robust_start,
+)
+from rbfm.inference.fbil import PAPER as FBIL_PAPER
+from rbfm.seeding import seeded
 
-_MIN_TAU = 1e-6  # tau is projected onto [_MIN_TAU, inf): w* needs c / tau
+_MIN_TAU = 1e-6  # tau is kept in [_MIN_TAU, inf): w* needs c / tau
+TAU_PARAMS = ("log", "raw")
 
 
 @dataclass(frozen=True)
 class HeavyConfig(FBILConfig):
-    """Table 7: FB-IL's settings with the robust dual's."""
+    """FB-IL's default settings with the robust dual's; SETTINGS["paper"]: Table 7."""
 
-    steps: int = 5000
-    lr: float = 3e-4
     eps: float = 0.8
     gamma: float = 0.99
     divergence: str = "soft_tv"
     hidden: int = 64
     tau_init: float = 1.0
+    critic_lr: float = 1e-3  # Q's Adam step size (paper: the same as z's)
+    tau_lr: float = 5e-2  # tau's (on log tau when tau_param is "log")
+    tau_param: str = "log"
+    # Q = MLP + u / (1 - gamma) with a scalar u started at the mean loss, stepped at
+    # tau_lr. With a constant Q = u / (1 - gamma) the dual is the static f-ball dual in
+    # (u, tau), whose u is of the losses' scale; reaching it through the MLP's last bias
+    # (Q ~ mean loss / (1 - gamma) = 100x the losses) takes Adam at 3e-4 ~ 10^5 steps.
+    # The function class is the same (one more bias); only the parametrisation changes.
+    critic_shift: bool = True
+    start: str = "fbil"  # "fbil": from FB-IL's converged z (`fbil.robust_start`); "warm": z_w
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_start("HeavyConfig", self.start)
         check_heavy("HeavyConfig", self.eps, self.gamma, self.divergence, self.tau_init)
         in_range("HeavyConfig", "hidden", self.hidden, 1, integer=True)
+        in_range("HeavyConfig", "critic_lr", self.critic_lr, 0, 1, open_low=True)
+        in_range("HeavyConfig", "tau_lr", self.tau_lr, 0, 10, open_low=True)
+        if self.tau_param not in TAU_PARAMS:
+            raise ConfigError(
+                f"HeavyConfig tau_param: {self.tau_param!r} is not one of {', '.join(TAU_PARAMS)}"
+            )
+
+
+PAPER = {
+    **FBIL_PAPER,
+    "steps": 5000,
+    "lr": 3e-4,
+    "critic_lr": 3e-4,
+    "tau_lr": 3e-4,
+    "tau_param": "raw",
+    "critic_shift": False,
+    "start": "warm",
+}
 
 
 def check_heavy(owner: str, eps: float, gamma: float, divergence: str, tau_init: float) -> None:
@@ -60,6 +101,12 @@ def check_heavy(owner: str, eps: float, gamma: float, divergence: str, tau_init:
     in_range(owner, "gamma", gamma, 0, 1, open_low=True, open_high=True)
     in_range(owner, "tau_init", tau_init, 0, open_low=True)
     get_divergence(divergence)  # unknown names are refused with the valid ones
+
+
+def project_tau(tau: torch.Tensor, c: torch.Tensor, divergence: Divergence) -> None:
+    """Raises a raw tau parameter in place to where the dual is finite (and >= _MIN_TAU)."""
+    with torch.no_grad():
+        tau.copy_(torch.maximum(tau, divergence.tau_floor(c)).clamp(min=_MIN_TAU))
 
 
 def critic_step(
@@ -75,9 +122,10 @@ def critic_step(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One step of (Q, tau) on Section 3.2's dual, given Q on the batch's (s, a), its
     (s', a') and initial states; returns the dual's value and w*, which (Algorithm 3)
-    also weights this iteration's z (or, in BE-DROIL, policy) step. Shared by RBFM-Heavy
-    and BE-DROIL."""
+    also weights BE-DROIL's policy step. tau is a raw parameter, first raised to where
+    the batch's dual is finite."""
     c = heavy_residual(losses.detach(), q_s, q_next, gamma)
+    project_tau(tau, c, divergence)
     value, w = heavy_critic_loss(q_init, c, tau, eps, gamma, divergence)
     opt.zero_grad(set_to_none=True)
     value.backward()
@@ -87,63 +135,189 @@ def critic_step(
     return value, w
 
 
-def _critic(inp: int, hidden: int) -> nn.Sequential:
-    return nn.Sequential(
-        nn.Linear(inp, hidden),
-        nn.ReLU(),
-        nn.Linear(hidden, hidden),
-        nn.ReLU(),
-        nn.Linear(hidden, 1),
-    )
+class Critic(nn.Module):
+    """Q as an MLP on fixed features, and tau (raw, or as log tau)."""
+
+    def __init__(
+        self, inp: int, cfg: HeavyConfig, seed: int, device: torch.device, mean_loss: float
+    ) -> None:
+        super().__init__()
+        self.shift_scale = 1 / (1 - cfg.gamma) if cfg.critic_shift else 0.0
+        self.shift = nn.Parameter(torch.tensor(mean_loss if cfg.critic_shift else 0.0))
+        with seeded(seed):
+            self.q = nn.Sequential(
+                nn.Linear(inp, cfg.hidden),
+                nn.ReLU(),
+                nn.Linear(cfg.hidden, cfg.hidden),
+                nn.ReLU(),
+                nn.Linear(cfg.hidden, 1),
+            )
+        self.log_scale = cfg.tau_param == "log"
+        start = math.log(cfg.tau_init) if self.log_scale else cfg.tau_init
+        self.tau_param = nn.Parameter(torch.tensor(start))
+        self.to(device)
+
+    def value(self, feat: torch.Tensor) -> torch.Tensor:
+        """Q on these features."""
+        return self.q(feat)[:, 0] + self.shift_scale * self.shift
+
+    def tau(self) -> torch.Tensor:
+        return self.tau_param.exp() if self.log_scale else self.tau_param
+
+    def raise_tau(self, floor: torch.Tensor) -> None:
+        """Projects tau onto [max(floor, _MIN_TAU), inf) in place."""
+        with torch.no_grad():
+            tau = torch.maximum(self.tau(), floor).clamp(min=_MIN_TAU)
+            self.tau_param.copy_(tau.log() if self.log_scale else tau)
+
+    def param_groups(self, cfg: HeavyConfig) -> list[dict[str, object]]:
+        groups: list[dict[str, object]] = [
+            {"params": list(self.q.parameters()), "lr": cfg.critic_lr},
+            {"params": [self.tau_param], "lr": cfg.tau_lr},
+        ]
+        if cfg.critic_shift:
+            groups.append({"params": [self.shift], "lr": cfg.tau_lr})
+        return groups
+
+    def dual(
+        self,
+        losses: torch.Tensor,
+        feat: torch.Tensor,
+        next_feat: torch.Tensor,
+        init_feat: torch.Tensor,
+        cfg: HeavyConfig,
+        divergence: Divergence,
+        project: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(D, w*, tau) on these transitions. With `project`, tau is first raised in place
+        to where D is finite; without, D is evaluated at a feasible copy of tau, which
+        leaves the parameter alone (a check of the current iterate)."""
+        q_s = self.value(feat)
+        c = heavy_residual(losses, q_s, self.value(next_feat), cfg.gamma)
+        floor = divergence.tau_floor(c)
+        if project:
+            self.raise_tau(floor)
+            tau = self.tau()
+        else:
+            tau = torch.maximum(self.tau(), floor).clamp(min=_MIN_TAU)
+        value, w = heavy_critic_loss(self.value(init_feat), c, tau, cfg.eps, cfg.gamma, divergence)
+        return value, w, tau.detach()
+
+
+def features(model: FBModel, data: Prepared) -> tuple[torch.Tensor, torch.Tensor]:
+    """F(s, a, z_w) and F(s', a', z_w), both heads concatenated: the critic's inputs."""
+    with torch.no_grad():
+        zw = data.z_w.expand(len(data.obs), -1)
+        feat = model.forward_map(data.obs, data.action, zw)
+        next_feat = model.forward_map(data.next_obs, data.next_action, zw)
+    return torch.cat(list(feat), -1), torch.cat(list(next_feat), -1)
+
+
+def _heavy_descent(
+    model: FBModel, data: Prepared, cfg: HeavyConfig, seed: int, start: torch.Tensor | None
+) -> Descent:
+    """The joint descent's objective on (z, Q, tau). From a given `start` z (FB-IL's),
+    the critic is first fitted at that z alone (`_fit`: critic steps cost no actor
+    pass), so that the descent's first check is RBFM-Heavy's objective at FB-IL's z and
+    its best iterate can only improve on it."""
+    divergence = get_divergence(cfg.divergence)
+    feat, next_feat = features(model, data)
+    device = feat.device
+    chunk = cfg.batch_size or FULL_BATCH_MAX
+    losses0 = full_losses(data, data.z_w if start is None else start, model.radius, chunk)
+    critic = Critic(feat.shape[-1], cfg, seed, device, float(losses0.mean()))
+    if start is not None:
+        _fit(critic, losses0, feat, next_feat, cfg)
+    init_gen = torch.Generator(device).manual_seed(seed + 1)
+    last: dict[str, torch.Tensor] = {}
+
+    def objective(
+        losses: torch.Tensor, idx: torch.Tensor | None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        if idx is None:  # every transition, and every state as an initial state
+            f, nf, init = feat, next_feat, feat
+        else:
+            init_idx = torch.randint(len(feat), idx.shape, generator=init_gen, device=device)
+            f, nf, init = feat[idx], next_feat[idx], feat[init_idx]
+        value, w, tau = critic.dual(losses, f, nf, init, cfg, divergence, project=True)
+        last.update(tau=tau, mean_w=w.mean(), max_w=w.max())
+        return value, {}
+
+    def full_value(z: torch.Tensor) -> float:
+        with torch.no_grad():
+            losses = full_losses(data, z, model.radius, chunk)
+            value, w, tau = critic.dual(losses, feat, next_feat, feat, cfg, divergence, False)
+        last.update(tau=tau, mean_w=w.mean(), max_w=w.max())
+        return float(value)
+
+    def snapshot() -> dict[str, float]:
+        return {k: float(v) for k, v in last.items()}
+
+    return Descent(objective, critic.param_groups(cfg), full_value, snapshot)
 
 
 def infer(
     model: FBModel, demos: Demos, cfg: HeavyConfig, seed: int, progress: bool = False
 ) -> InferenceResult:
-    divergence = get_divergence(cfg.divergence)
     data = prepare(model, demos, cfg.bf16)
-    device = data.obs.device
-    gen = torch.Generator(device).manual_seed(seed)
-    with torch.no_grad():
-        zw = data.z_w.expand(len(data.obs), -1)
-        feat = model.forward_map(data.obs, data.action, zw)
-        next_feat = model.forward_map(data.next_obs, data.next_action, zw)
-        feat = torch.cat(list(feat), -1)  # (N, heads * d)
-        next_feat = torch.cat(list(next_feat), -1)
-    torch.manual_seed(seed)
-    q = _critic(feat.shape[-1], cfg.hidden).to(device)
-    tau = torch.tensor(cfg.tau_init, device=device, requires_grad=True)
-    critic_opt = torch.optim.Adam([*q.parameters(), tau], lr=cfg.lr)
-    z = data.z_w.clone().requires_grad_(True)
-    z_opt = torch.optim.Adam([z], lr=cfg.lr)
-    result = InferenceResult("rbfm-heavy", z)
-    result.setup_seconds = time.perf_counter() - data.started
-    n = len(data.obs)
-    idx_all = batches(n, cfg.batch_size, cfg.steps, gen, device)
-    init_all = batches(n, cfg.batch_size, cfg.steps, gen, device)  # every state is initial
-    for step in steps_bar(range(cfg.steps), "rbfm-heavy", progress):
-        idx, init = idx_all[step], init_all[step]
-        losses = imitation_losses(data, idx, z, model.radius, cfg.noise_std, gen)
-
-        value, w = critic_step(
-            q(feat[idx])[:, 0],
-            q(next_feat[idx])[:, 0],
-            q(feat[init])[:, 0],
-            losses,
-            tau,
-            critic_opt,
-            cfg.eps,
-            cfg.gamma,
-            divergence,
-        )
-        z_loss = heavy_policy_loss(w, losses)
-        z_opt.zero_grad(set_to_none=True)
-        z_loss.backward(inputs=[z])  # the networks are frozen: no weight gradients
-        z_opt.step()
-        sphere(z, model.radius)
-        if step % cfg.trace_every == 0:
-            result.trace.append(float(value.detach()))
-    result.z = project(z.detach(), model.radius)
-    result.steps, result.seconds = cfg.steps, time.perf_counter() - data.started
-    result.extra.update(tau=float(tau.detach()), mean_w=float(w.mean()))
+    start, info = robust_start(model, data, cfg, seed, progress)
+    descent = _heavy_descent(model, data, cfg, seed, start)
+    result = descend(model, data, cfg, seed, progress, "rbfm-heavy", descent, start)
+    result.extra.update(info)
     return result
+
+
+def fit_critic(
+    losses: torch.Tensor,
+    feat: torch.Tensor,
+    next_feat: torch.Tensor,
+    cfg: HeavyConfig,
+    seed: int = 0,
+) -> tuple[float, float, int, bool]:
+    """D minimised over (Q, tau) for fixed per-transition losses, on every transition
+    (every state an initial one), by Adam with `cfg`'s step sizes and stopping rule:
+    (value, tau, steps, converged). The value bounds the f-ball worst case of the losses
+    from above (weak duality, at any (Q, tau)), so it is a certificate, +inf where no
+    finite tau was reached. Used for RBFM-Heavy's objective at a given z and for the
+    Heavy certificates of any policy (`feat`: F features, or raw (s, a) pairs)."""
+    losses = losses.detach()
+    critic = Critic(feat.shape[-1], cfg, seed, feat.device, float(losses.mean()))
+    return _fit(critic, losses, feat, next_feat, cfg)
+
+
+def _fit(
+    critic: Critic,
+    losses: torch.Tensor,
+    feat: torch.Tensor,
+    next_feat: torch.Tensor,
+    cfg: HeavyConfig,
+) -> tuple[float, float, int, bool]:
+    """`fit_critic` on a given critic (left at its last iterate)."""
+    divergence = get_divergence(cfg.divergence)
+    opt = torch.optim.Adam(critic.param_groups(cfg))
+    tracker = Plateau(opt, cfg.schedule, cfg.tol, cfg.atol, cfg.patience, cfg.halvings)
+    best, best_tau, steps = math.inf, math.nan, 0
+    for step in range(cfg.steps):
+        value, _, tau = critic.dual(losses, feat, next_feat, feat, cfg, divergence, True)
+        improved, stop = tracker.update(step, float(value.detach()))
+        if improved:
+            best, best_tau = float(value.detach()), float(tau)
+        if stop:
+            break
+        opt.zero_grad(set_to_none=True)
+        value.backward()
+        opt.step()
+        steps = step + 1
+    return best, best_tau, steps, tracker.converged
+
+
+def heavy_value(
+    model: FBModel, demos: Demos, z: torch.Tensor, cfg: HeavyConfig, seed: int = 0
+) -> tuple[float, float, int, bool]:
+    """RBFM-Heavy's objective at a given z (`fit_critic` on z's deterministic losses,
+    the critic on F(s, a, z_w) as in inference), so that the z's of different methods
+    compare on RBFM-Heavy's own terms."""
+    data = prepare(model, demos, cfg.bf16)
+    feat, next_feat = features(model, data)
+    losses = full_losses(data, z.to(data.obs.device), model.radius, FULL_BATCH_MAX)
+    return fit_critic(losses, feat, next_feat, cfg, seed)

@@ -14,31 +14,41 @@ import torch
 
 from rbfm.checks import in_range
 from rbfm.fb.model import FBModel
-from rbfm.inference.common import InferenceResult
+from rbfm.inference.common import InferenceResult, prepare
 from rbfm.inference.demos import Demos
 from rbfm.inference.duals import light_objective
-from rbfm.inference.fbil import FBILConfig, descend
+from rbfm.inference.fbil import PAPER as FBIL_PAPER
+from rbfm.inference.fbil import Descent, FBILConfig, check_start, descend, robust_start
 
 
 @dataclass(frozen=True)
 class LightConfig(FBILConfig):
-    """Table 6: FB-IL's settings with the TV radius, more and smaller steps."""
+    """FB-IL's default settings with the TV radius; SETTINGS["paper"]: Table 6."""
 
-    steps: int = 5000
-    lr: float = 5e-4
     eps: float = 0.8
+    start: str = "fbil"  # "fbil": from FB-IL's converged z (`fbil.robust_start`); "warm": z_w
 
     def __post_init__(self) -> None:
         super().__post_init__()
         # The adversary moves at most all the mass: beyond 1 the worst case no longer grows.
         in_range("LightConfig", "eps", self.eps, 0, 1)
+        check_start("LightConfig", self.start)
+
+
+PAPER = {**FBIL_PAPER, "steps": 5000, "lr": 5e-4, "start": "warm"}
 
 
 def infer(
     model: FBModel, demos: Demos, cfg: LightConfig, seed: int, progress: bool = False
 ) -> InferenceResult:
-    def worst_case(losses: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def worst_case(
+        losses: torch.Tensor, _: torch.Tensor | None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         value, lam = light_objective(losses, cfg.eps)
         return value, {"lambda": lam}
 
-    return descend(model, demos, cfg, seed, progress, "rbfm-light", worst_case)
+    data = prepare(model, demos, cfg.bf16)
+    start, info = robust_start(model, data, cfg, seed, progress)
+    result = descend(model, data, cfg, seed, progress, "rbfm-light", Descent(worst_case), start)
+    result.extra.update(info)
+    return result
