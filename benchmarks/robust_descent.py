@@ -7,9 +7,11 @@ For each expert source (the model's own deterministic expert, noise 0, and the s
 expert with Gaussian action noise of each given std), `--pool` demonstrations are
 rolled out once; each seed draws `--draw` of them. On each draw, FB-IL, RBFM-Light and
 RBFM-Heavy run under both named settings ("default", "paper"), plus a much longer
-RBFM-Light and RBFM-Heavy ("long": 10x the steps and patience, 10 halvings), the
-reference optimum. Every z is then scored on every transition of its draw, with the
-deterministic policy's squared action error:
+RBFM-Light and RBFM-Heavy ("long": 5x the cap, 6x the patience, 10 halvings), the
+reference optimum, and the expert's own z_e (`expert`: on the model's own
+demonstrations, noise 0, the optimum of all three objectives). Every z is then
+scored on every transition of its draw, with the deterministic policy's squared
+action error:
 - nominal: the mean loss (FB-IL's objective);
 - tv: the exact worst case over the TV ball of radius 0.8 (RBFM-Light's objective);
 - heavy: RBFM-Heavy's dual at z, minimised over (Q, tau) by a long fixed-z fit
@@ -30,7 +32,7 @@ import torch
 
 from rbfm.fb.checkpoint import load_checkpoint
 from rbfm.inference import generate_demos, infer
-from rbfm.inference.common import full_losses, prepare
+from rbfm.inference.common import InferenceResult, full_losses, prepare
 from rbfm.inference.duals import light_objective
 from rbfm.inference.rbfm_heavy import HeavyConfig, heavy_value
 
@@ -46,6 +48,7 @@ def _score_config() -> HeavyConfig:
 
 
 RUNS: list[tuple[str, str, dict[str, Any]]] = [
+    ("expert", "-", {}),
     ("fbil", "default", {}),
     ("rbfm-light", "default", {}),
     ("rbfm-heavy", "default", {}),
@@ -106,13 +109,17 @@ def main() -> None:
                     continue
                 if args.methods and f"{method}/{settings}" not in args.methods:
                     continue
-                named = "default" if settings == "long" else settings
-                res = infer(model, demos, method, seed=seed, settings=named, **extra)
+                if method == "expert":  # z_e itself: on the model's own demonstrations,
+                    res = InferenceResult("expert", z_e)  # the optimum of every objective
+                else:
+                    named = "default" if settings == "long" else settings
+                    res = infer(model, demos, method, seed=seed, settings=named, **extra)
                 start = time.perf_counter()
                 losses = full_losses(data, res.z, model.radius, 16_384)
                 tv, _ = light_objective(losses, EPS)
                 heavy, _, _, heavy_conv = heavy_value(model, demos, res.z, score, seed)
                 row = {
+                    "checkpoint": args.checkpoint,
                     "domain": domain,
                     "task": args.task,
                     "noise": noise,

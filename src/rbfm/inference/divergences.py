@@ -56,8 +56,10 @@ class Divergence:
 
     def tau_floor(self, c: torch.Tensor) -> torch.Tensor:
         """The smallest tau with c / tau <= y_cap on every element of c (0 when no c is
-        positive): below it the dual is +inf (SoftTV) or overflows (KL)."""
-        top = c.detach().max().clamp(min=0.0)
+        positive): below it the dual is +inf (SoftTV) or overflows (KL). Differentiable
+        in c (through its largest element), for solvers that keep tau above it by
+        construction."""
+        top = c.max().clamp(min=0.0)
         return top / self.y_cap if math.isfinite(self.y_cap) else torch.zeros_like(top)
 
 

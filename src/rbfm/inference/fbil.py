@@ -12,13 +12,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 import torch
+from tqdm import tqdm
 
 from rbfm.checks import in_range
 from rbfm.errors import ConfigError
 from rbfm.fb.model import FBModel
+from rbfm.fb.networks import project
 from rbfm.inference.common import (
     InferenceResult,
     Prepared,
@@ -54,6 +56,8 @@ class FBILConfig:
     """
 
     steps: int = 3000  # the cap (the paper: the exact number of steps)
+    # FB-IL's own descent (and the robust methods' FB-IL start): "lbfgs" or "adam".
+    solver: str = "lbfgs"
     lr: float = 1e-2
     batch_size: int = 0  # 0: every transition (up to FULL_BATCH_MAX) at each step
     noise_std: float = 0.0
@@ -76,6 +80,13 @@ class FBILConfig:
         in_range(owner, "patience", self.patience, 1, integer=True)
         in_range(owner, "halvings", self.halvings, 0, 30, integer=True)
         in_range(owner, "check_every", self.check_every, 1, integer=True)
+        if self.solver not in SOLVERS:
+            raise ConfigError(f"{owner} solver: {self.solver!r} is not one of {', '.join(SOLVERS)}")
+        if self.solver == "lbfgs" and (self.batch_size or self.noise_std):
+            raise ConfigError(
+                f"{owner} solver: 'lbfgs' needs the deterministic full-set objective "
+                f"(batch_size 0 and noise_std 0; got {self.batch_size} and {self.noise_std})"
+            )
         if self.schedule not in SCHEDULES:
             raise ConfigError(
                 f"{owner} schedule: {self.schedule!r} is not one of {', '.join(SCHEDULES)}"
@@ -83,6 +94,7 @@ class FBILConfig:
 
 
 STARTS = ("fbil", "warm")
+SOLVERS = ("lbfgs", "adam")
 
 
 def check_start(owner: str, start: str) -> None:
@@ -94,6 +106,7 @@ def check_start(owner: str, start: str) -> None:
 # changes no step).
 PAPER = {
     "steps": 3000,
+    "solver": "adam",
     "lr": 1e-3,
     "batch_size": 512,
     "noise_std": 0.1,
@@ -113,10 +126,12 @@ Objective = Callable[
 @dataclass
 class Descent:
     """What a method adds to the shared descent: its objective, and for RBFM-Heavy the
-    critic's parameter groups and the full-set value at a z (which needs the critic)."""
+    optimizer of the critic's parameters (z's group is added to it, so that a critic
+    already fitted keeps its step sizes and moments) and the full-set value at a z
+    (which needs the critic)."""
 
     objective: Objective
-    param_groups: list[dict[str, object]] = field(default_factory=list)
+    optimizer: torch.optim.Optimizer | None = None
     # The deterministic objective on every transition at z (default: `objective` of the
     # full losses), and tensors to keep from the best iterate.
     full_value: Callable[[torch.Tensor], float] | None = None
@@ -153,7 +168,11 @@ def descend(
     device = data.obs.device
     gen = torch.Generator(device).manual_seed(seed)
     z = (data.z_w if start is None else start).detach().clone().requires_grad_(True)
-    opt = torch.optim.Adam([{"params": [z], "lr": cfg.lr}, *descent.param_groups])
+    if descent.optimizer is None:
+        opt: torch.optim.Optimizer = torch.optim.Adam([z], lr=cfg.lr)
+    else:
+        opt = descent.optimizer
+        opt.add_param_group({"params": [z], "lr": cfg.lr})
     tracker = Plateau(opt, cfg.schedule, cfg.tol, cfg.atol, cfg.patience, cfg.halvings)
     result = InferenceResult(method, z)
     result.setup_seconds = time.perf_counter() - data.started
@@ -218,10 +237,83 @@ def _mean(
     return losses.mean(), {}
 
 
+def lbfgs(
+    model: FBModel,
+    data: Prepared,
+    cfg: FBILConfig,
+    progress: bool,
+    start: torch.Tensor | None = None,
+) -> InferenceResult:
+    """FB-IL by L-BFGS with a strong Wolfe line search on the deterministic full-set
+    mean loss, z = sqrt(d) v / ||v|| (smooth in v, no projection step).
+
+    The objective is smooth, and the whole set is one batch, so a quasi-Newton method
+    applies; measured against the Adam descent it reaches lower losses in a tenth of
+    the actor passes (docs/inference.md). Rounds of `cfg.patience` iterations run until
+    one improves the loss by less than max(tol x loss, atol) (converged) or `cfg.steps`
+    loss evaluations (actor passes) are spent; `steps` counts those evaluations."""
+    v = (data.z_w if start is None else start).detach().clone().requires_grad_(True)
+    opt = torch.optim.LBFGS(
+        [v],
+        lr=1,
+        max_iter=cfg.patience,
+        history_size=20,
+        tolerance_grad=1e-10,
+        tolerance_change=1e-12,
+        line_search_fn="strong_wolfe",
+    )
+    result = InferenceResult("fbil", v)
+    result.setup_seconds = time.perf_counter() - data.started
+    chunks = torch.arange(len(data.obs), device=data.obs.device).split(FULL_BATCH_MAX)
+    evals = 0
+
+    def closure() -> torch.Tensor:
+        nonlocal evals
+        evals += 1
+        opt.zero_grad(set_to_none=True)
+        total = torch.zeros((), device=v.device)
+        for idx in chunks:  # the gradient of the mean, one chunk's graph at a time
+            part = imitation_losses(data, idx, v, model.radius, 0.0, None).sum() / len(data.obs)
+            part.backward()
+            total += part.detach()
+        if not math.isfinite(float(total)):
+            raise FloatingPointError(
+                f"fbil: the loss is {float(total)} after {evals} evaluations; the "
+                "demonstrations or the model give non-finite losses"
+            )
+        return total
+
+    def value() -> float:
+        return float(full_losses(data, v.detach(), model.radius, FULL_BATCH_MAX).mean())
+
+    ref = value()
+    result.trace.append(ref)
+    bar = tqdm(total=cfg.steps, desc="fbil", unit="eval", disable=not progress, leave=False)
+    while evals < cfg.steps:
+        before = evals
+        opt.step(closure)
+        bar.update(evals - before)
+        now = value()
+        result.trace.append(now)
+        if not now < ref - max(cfg.tol * abs(ref), cfg.atol):
+            result.converged = True
+            break
+        ref = now
+    bar.close()
+    z = project(v.detach(), model.radius)
+    if not torch.isfinite(z).all():
+        raise FloatingPointError("fbil: the task vector is not finite; nothing written")
+    result.z, result.objective = z, value()
+    result.steps, result.seconds = evals, time.perf_counter() - data.started
+    return result
+
+
 def infer(
     model: FBModel, demos: Demos, cfg: FBILConfig, seed: int, progress: bool = False
 ) -> InferenceResult:
     data = prepare(model, demos, cfg.bf16)
+    if cfg.solver == "lbfgs":
+        return lbfgs(model, data, cfg, progress)
     return descend(model, data, cfg, seed, progress, "fbil", Descent(_mean))
 
 
@@ -236,6 +328,9 @@ def robust_start(
     if getattr(cfg, "start", "warm") == "warm":
         return None, {}
     # FB-IL under the robust method's own descent settings (cap, step size, schedule...).
-    shared = {f.name: getattr(cfg, f.name) for f in fields(FBILConfig)}
-    first = descend(model, data, FBILConfig(**shared), seed, progress, "fbil", Descent(_mean))
+    shared = FBILConfig(**{f.name: getattr(cfg, f.name) for f in fields(FBILConfig)})
+    if shared.solver == "lbfgs":
+        first = lbfgs(model, data, shared, progress)
+    else:
+        first = descend(model, data, shared, seed, progress, "fbil", Descent(_mean))
     return first.z, {"start_steps": float(first.steps), "start_objective": first.objective}

@@ -47,7 +47,7 @@ from rbfm.inference.fbil import PAPER as FBIL_PAPER
 from rbfm.seeding import seeded
 
 _MIN_TAU = 1e-6  # tau is kept in [_MIN_TAU, inf): w* needs c / tau
-TAU_PARAMS = ("log", "raw")
+TAU_PARAMS = ("floor", "log", "raw")
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,7 @@ class HeavyConfig(FBILConfig):
     tau_init: float = 1.0
     critic_lr: float = 1e-3  # Q's Adam step size (paper: the same as z's)
     tau_lr: float = 5e-2  # tau's (on log tau when tau_param is "log")
-    tau_param: str = "log"
+    tau_param: str = "floor"
     # Q = MLP + u / (1 - gamma) with a scalar u started at the mean loss, stepped at
     # tau_lr. With a constant Q = u / (1 - gamma) the dual is the static f-ball dual in
     # (u, tau), whose u is of the losses' scale; reaching it through the MLP's last bias
@@ -152,8 +152,8 @@ class Critic(nn.Module):
                 nn.ReLU(),
                 nn.Linear(cfg.hidden, 1),
             )
-        self.log_scale = cfg.tau_param == "log"
-        start = math.log(cfg.tau_init) if self.log_scale else cfg.tau_init
+        self.tau_mode = cfg.tau_param
+        start = cfg.tau_init if self.tau_mode == "raw" else math.log(cfg.tau_init)
         self.tau_param = nn.Parameter(torch.tensor(start))
         self.to(device)
 
@@ -161,14 +161,23 @@ class Critic(nn.Module):
         """Q on these features."""
         return self.q(feat)[:, 0] + self.shift_scale * self.shift
 
-    def tau(self) -> torch.Tensor:
-        return self.tau_param.exp() if self.log_scale else self.tau_param
-
-    def raise_tau(self, floor: torch.Tensor) -> None:
-        """Projects tau onto [max(floor, _MIN_TAU), inf) in place."""
+    def tau(self, floor: torch.Tensor, project: bool) -> torch.Tensor:
+        """tau given the floor of the current residuals (`Divergence.tau_floor`).
+        "floor": the floor plus exp(parameter), feasible by construction and
+        differentiable through the floor, so that a step that raises the largest
+        residual pays for the larger tau it forces. "log"/"raw": the parameter, raised
+        in place to the (detached) floor with `project`, else a feasible copy."""
+        if self.tau_mode == "floor":
+            return floor + self.tau_param.exp()
+        floor = floor.detach()
+        log_scale = self.tau_mode == "log"
+        own = self.tau_param.exp() if log_scale else self.tau_param
+        if not project:
+            return torch.maximum(own, floor).clamp(min=_MIN_TAU)
         with torch.no_grad():
-            tau = torch.maximum(self.tau(), floor).clamp(min=_MIN_TAU)
-            self.tau_param.copy_(tau.log() if self.log_scale else tau)
+            raised = torch.maximum(own, floor).clamp(min=_MIN_TAU)
+            self.tau_param.copy_(raised.log() if log_scale else raised)
+        return self.tau_param.exp() if log_scale else self.tau_param
 
     def param_groups(self, cfg: HeavyConfig) -> list[dict[str, object]]:
         groups: list[dict[str, object]] = [
@@ -194,12 +203,7 @@ class Critic(nn.Module):
         leaves the parameter alone (a check of the current iterate)."""
         q_s = self.value(feat)
         c = heavy_residual(losses, q_s, self.value(next_feat), cfg.gamma)
-        floor = divergence.tau_floor(c)
-        if project:
-            self.raise_tau(floor)
-            tau = self.tau()
-        else:
-            tau = torch.maximum(self.tau(), floor).clamp(min=_MIN_TAU)
+        tau = self.tau(divergence.tau_floor(c), project)
         value, w = heavy_critic_loss(self.value(init_feat), c, tau, cfg.eps, cfg.gamma, divergence)
         return value, w, tau.detach()
 
@@ -226,8 +230,9 @@ def _heavy_descent(
     chunk = cfg.batch_size or FULL_BATCH_MAX
     losses0 = full_losses(data, data.z_w if start is None else start, model.radius, chunk)
     critic = Critic(feat.shape[-1], cfg, seed, device, float(losses0.mean()))
+    opt = torch.optim.Adam(critic.param_groups(cfg))
     if start is not None:
-        _fit(critic, losses0, feat, next_feat, cfg)
+        _fit(critic, opt, losses0, feat, next_feat, cfg)
     init_gen = torch.Generator(device).manual_seed(seed + 1)
     last: dict[str, torch.Tensor] = {}
 
@@ -253,7 +258,7 @@ def _heavy_descent(
     def snapshot() -> dict[str, float]:
         return {k: float(v) for k, v in last.items()}
 
-    return Descent(objective, critic.param_groups(cfg), full_value, snapshot)
+    return Descent(objective, opt, full_value, snapshot)
 
 
 def infer(
@@ -282,19 +287,20 @@ def fit_critic(
     Heavy certificates of any policy (`feat`: F features, or raw (s, a) pairs)."""
     losses = losses.detach()
     critic = Critic(feat.shape[-1], cfg, seed, feat.device, float(losses.mean()))
-    return _fit(critic, losses, feat, next_feat, cfg)
+    return _fit(critic, torch.optim.Adam(critic.param_groups(cfg)), losses, feat, next_feat, cfg)
 
 
 def _fit(
     critic: Critic,
+    opt: torch.optim.Optimizer,
     losses: torch.Tensor,
     feat: torch.Tensor,
     next_feat: torch.Tensor,
     cfg: HeavyConfig,
 ) -> tuple[float, float, int, bool]:
-    """`fit_critic` on a given critic (left at its last iterate)."""
+    """`fit_critic` on a given critic and its optimizer (both left at their last
+    iterate: step sizes halved, moments kept)."""
     divergence = get_divergence(cfg.divergence)
-    opt = torch.optim.Adam(critic.param_groups(cfg))
     tracker = Plateau(opt, cfg.schedule, cfg.tol, cfg.atol, cfg.patience, cfg.halvings)
     best, best_tau, steps = math.inf, math.nan, 0
     for step in range(cfg.steps):
