@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from rbfm.cli import main
 
@@ -74,3 +75,40 @@ def test_zero_shot_runs_a_shipped_model_by_domain_name_without_its_data(
     out = capsys.readouterr().out
     assert "task vectors stored with the checkpoint" in out
     assert out.strip().splitlines()[-1].startswith("walk")
+
+
+def test_bare_rbfm_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    assert all(c in out for c in ("quickstart", "pretrain", "infer", "evaluate", "experiment"))
+
+
+def test_help_shows_every_default(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["demos", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(default: 200)" in out and "(default: 0)" in out and "cuda if available" in out
+
+
+def test_first_hour_mistakes_are_clean_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a new user typed in the first hour, each refused with a message that says
+    what would work, before any work starts."""
+    from rbfm.evaluation.sweep import save_z
+    from rbfm.fb.checkpoint import read_meta
+
+    demos = ["demos", "--checkpoint", "cheetah", "--task", "run", "--out", str(tmp_path / "d")]
+    assert main([*demos, "--episodes", "0"]) == 2
+    assert "--episodes: 0 is out of range (valid: >= 1)" in capsys.readouterr().err
+    assert main(["zero-shot", "--checkpoint", "cheeta"]) == 2
+    assert "shipped model: cheetah, quadruped, walker:aps" in capsys.readouterr().err
+    meta = read_meta("walker")
+    z = save_z(
+        tmp_path / "jump.json",
+        torch.zeros(int(meta["config"]["z_dim"])),
+        {"method": "fbil", "domain": "walker", "task": "flip"},
+    )
+    assert main(["evaluate", "--checkpoint", "walker", "--z", str(z), "--task", "walk"]) == 2
+    assert "inferred for the task 'flip', not --task 'walk'" in capsys.readouterr().err
+    assert not list(tmp_path.glob("d*"))

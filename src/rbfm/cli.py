@@ -126,6 +126,7 @@ def _cmd_pretrain(args: argparse.Namespace) -> None:
     print(f"run finished: {run} (best model: {run / 'best.safetensors'})")
 
 
+DEVICE_HELP = "torch device, e.g. cpu or cuda:1 (default: cuda if available, else cpu)"
 CHECKPOINT_HELP = (
     "run directory, checkpoint file, or a domain name (walker; walker:aps) for the model "
     "shipped with rbfm"
@@ -252,6 +253,7 @@ def _cmd_demos(args: argparse.Namespace) -> None:
     from rbfm.fb.zero_shot import infer_z, labelled_states
     from rbfm.inference import generate_demos, save_demos
 
+    _check_count("--episodes", args.episodes)
     model, meta = load_checkpoint(args.checkpoint, device=args.device)
     domain = meta["domain"]
     if args.task not in TASKS[domain]:
@@ -404,6 +406,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
                 check_z(path, z, info, meta)
             zs.append((str(info.get("method", Path(path).stem)), z))
         domains.add(info.get("domain"))
+        made_for = info.get("task")
+        if made_for not in (None, args.task) and not args.cross_task:
+            raise ConfigError(
+                f"{path}: inferred for the task {made_for!r}, not --task {args.task!r} "
+                "(pass --cross-task to score it on another task deliberately)"
+            )
     # Rows in the paper's order (FB-IL, Light, Heavy, then the baselines), whatever the
     # order of the files (shell globs sort them alphabetically).
     order = [*METHODS, *BASELINES]
@@ -542,6 +550,24 @@ def _cmd_experiment(args: argparse.Namespace) -> None:
             print(f"wrote {path}")
 
 
+class _Help(argparse.HelpFormatter):
+    """Every option's help ends with its default, unless the text already says it or
+    there is none to show (None, a flag's False)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        shown = not any(action.default is v for v in (None, False, argparse.SUPPRESS))
+        if shown and action.option_strings and "default" not in text:
+            text += " (default: %(default)s)"
+        return text
+
+
+def _command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, **kwargs: Any
+) -> argparse.ArgumentParser:
+    return sub.add_parser(name, formatter_class=_Help, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from rbfm.envs import DOMAINS
     from rbfm.exploration import AGENTS, RND_PRESETS
@@ -551,14 +577,19 @@ def build_parser() -> argparse.ArgumentParser:
         description="Robust Behavior Foundation Models: reward-free data, FB pretraining, "
         "robust imitation under dynamics shift.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "quickstart",
         help="the whole pipeline on cheetah at a small scale: demonstrations, FB-IL, "
         "RBFM-Light, RBFM-Heavy and a perturbation sweep (table and plot)",
     )
-    p.add_argument("--out", default="runs/quickstart")
+    p.add_argument(
+        "--out",
+        default="runs/quickstart",
+        help="folder for the demonstrations, task vectors, table and plot",
+    )
     p.add_argument(
         "--checkpoint",
         default=None,
@@ -566,14 +597,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_quickstart)
 
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "collect",
         help="collect reward-free exploration data in ExORL format (resumable)",
         description="Collect episodes into OUT/<domain>/<agent>/buffer. Killed and rerun with "
         "the same arguments, it resumes where it stopped; a larger --transitions extends it.",
     )
-    p.add_argument("--domain", required=True, choices=sorted(DOMAINS))
-    p.add_argument("--agent", required=True, choices=AGENTS)
+    p.add_argument("--domain", required=True, choices=sorted(DOMAINS), help="DMC domain")
+    p.add_argument(
+        "--agent",
+        required=True,
+        choices=AGENTS,
+        help="exploration agent (the paper's data: rnd, aps, proto)",
+    )
     p.add_argument(
         "--transitions",
         required=True,
@@ -587,19 +624,22 @@ def build_parser() -> argparse.ArgumentParser:
         choices=sorted(RND_PRESETS),
         help="RND, APS and ProtoRL network sizes: paper (URLB) or cpu (default)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed", type=int, default=0, help="the exploration agent's and the episodes' seed"
+    )
     p.add_argument(
         "--task",
         default=None,
         help="task whose reward is stored (default: the domain's first task)",
     )
-    p.add_argument("--device", default=None, help="torch device (default: cuda if available)")
+    p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_collect)
 
     from rbfm.fb import FB_PRESETS
 
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "pretrain",
         help="train a forward-backward model on a reward-free dataset (resumable)",
         description="FB pretraining (Algorithm 1) with periodic zero-shot evaluation; keeps "
@@ -614,7 +654,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=sorted(DOMAINS),
         help="default: read from the dataset path",
     )
-    p.add_argument("--preset", default="cpu", choices=sorted(FB_PRESETS))
+    p.add_argument(
+        "--preset",
+        default="cpu",
+        choices=sorted(FB_PRESETS),
+        help="FB sizes and schedule: paper (the paper's hyperparameters), cpu, tiny (tests)",
+    )
     p.add_argument("--steps", type=int, default=None, help="updates (default: the preset's)")
     p.add_argument(
         "--transitions",
@@ -622,13 +667,23 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="uniform subsample of the dataset (default: min(1M, all))",
     )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None, help="torch device (default: cuda if available)")
+    p.add_argument("--seed", type=int, default=0, help="network initialisation and batch sampling")
+    p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the networks")
-    p.add_argument("--eval-every", type=int, default=None)
+    p.add_argument(
+        "--eval-every",
+        type=int,
+        default=None,
+        help="updates between zero-shot evaluations (default: the preset's)",
+    )
     p.add_argument("--eval-episodes", type=int, default=None, help="per task")
-    p.add_argument("--checkpoint-every", type=int, default=None)
-    p.add_argument("--log-every", type=int, default=1000)
+    p.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        help="updates between resumable checkpoints (default: the preset's)",
+    )
+    p.add_argument("--log-every", type=int, default=1000, help="updates between log lines")
     p.add_argument(
         "--workers",
         type=int,
@@ -653,7 +708,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_pretrain)
 
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "zero-shot",
         help="evaluate a model's reward-inferred policies (z from 10k relabelled states)",
     )
@@ -664,9 +720,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="task to evaluate (repeatable; default: all of the domain's)",
     )
-    p.add_argument("--perturbation", default=None)
-    p.add_argument("--level", type=float, default=None)
-    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument(
+        "--perturbation", default=None, help="family to evaluate under (default: nominal dynamics)"
+    )
+    p.add_argument(
+        "--level", type=float, default=None, help="the family's level (default: its nominal value)"
+    )
+    p.add_argument("--episodes", type=int, default=10, help="episodes per task")
     p.add_argument(
         "--dataset",
         default=None,
@@ -675,21 +735,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--random", action="store_true", help="also evaluate a uniform random policy")
     p.add_argument("--out", default=None, help="also write the table to this CSV")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None)
-    p.add_argument("--workers", type=int, default=0)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="initial states of the episodes, and the relabelled states the z come from",
+    )
+    p.add_argument("--device", default=None, help=DEVICE_HELP)
+    p.add_argument(
+        "--workers", type=int, default=0, help="rollout worker processes (0: in-process)"
+    )
     p.set_defaults(func=_cmd_zero_shot)
 
     from rbfm.inference import METHODS
 
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "demos",
         help="generate expert demonstrations with a model's "
         "reward-inferred policy (nominal dynamics)",
     )
     p.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
-    p.add_argument("--task", required=True)
-    p.add_argument("--episodes", type=int, default=200)
+    p.add_argument("--task", required=True, help="the domain's task to demonstrate")
+    p.add_argument("--episodes", type=int, default=200, help="demonstration episodes rolled out")
     p.add_argument("--out", required=True, help="demonstrations file (.npz)")
     p.add_argument(
         "--dataset",
@@ -704,16 +772,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="std of Gaussian noise on the expert's actions, clipped to [-1, 1]: "
         "demonstrations the model cannot reproduce exactly (default: 0, its own policy)",
     )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="initial states of the demonstrations (and their action noise)",
+    )
+    p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.set_defaults(func=_cmd_demos)
 
-    p = sub.add_parser(
-        "infer", help="infer a task vector z from demonstrations (or train a baseline policy)"
+    p = _command(
+        sub, "infer", help="infer a task vector z from demonstrations (or train a baseline policy)"
     )
     p.add_argument("--checkpoint", default=None, help="FB model (not used by the baselines)")
-    p.add_argument("--demos", required=True)
-    p.add_argument("--method", required=True, choices=[*METHODS, "drbc", "bedroil"])
+    p.add_argument("--demos", required=True, help="demonstrations file from `rbfm demos`")
+    p.add_argument(
+        "--method",
+        required=True,
+        choices=[*METHODS, "drbc", "bedroil"],
+        help="FB task inference (fbil, rbfm-light, rbfm-heavy) or a baseline",
+    )
     p.add_argument(
         "--preset",
         default="cpu",
@@ -740,15 +818,22 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a bfloat16 copy of the actor (faster, for CPUs with bf16 units)",
     )
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="which --num-demos episodes are drawn, and the descent's batches",
+    )
+    p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument(
         "--out", required=True, help="task-vector file (.json), or the baselines' policy stem"
     )
     p.set_defaults(func=_cmd_infer)
 
-    p = sub.add_parser(
-        "evaluate", help="evaluate task vectors and baseline policies under a perturbation sweep"
+    p = _command(
+        sub,
+        "evaluate",
+        help="evaluate task vectors and baseline policies under a perturbation sweep",
     )
     p.add_argument("--checkpoint", default=None, help="the FB model of the task vectors")
     p.add_argument(
@@ -757,7 +842,7 @@ def build_parser() -> argparse.ArgumentParser:
         required=True,
         help="files from `rbfm infer`: task vectors (.json) and baseline policies",
     )
-    p.add_argument("--task", required=True)
+    p.add_argument("--task", required=True, help="task whose reward scores the episodes")
     p.add_argument("--perturbation", default=None, help="family (default: nominal only)")
     p.add_argument(
         "--levels",
@@ -766,7 +851,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="default: the family's six sweep levels",
     )
-    p.add_argument("--episodes", type=int, default=10)
+    p.add_argument("--episodes", type=int, default=10, help="episodes per task vector and level")
     p.add_argument(
         "--seed",
         type=int,
@@ -775,11 +860,17 @@ def build_parser() -> argparse.ArgumentParser:
         "`rbfm demos`'s default seed 0, so that policies are not scored on the states "
         "their demonstrations started from; the experiment runner uses the same)",
     )
-    p.add_argument("--device", default=None)
+    p.add_argument("--device", default=None, help=DEVICE_HELP)
+    p.add_argument(
+        "--cross-task",
+        action="store_true",
+        help="score files inferred for another task than --task (refused otherwise)",
+    )
     p.add_argument("--out", default=None, help="CSV file for the table")
     p.set_defaults(func=_cmd_evaluate)
 
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "experiment",
         help="run a slice of the paper's experiment grid (a preset or a TOML spec), "
         "resumably, locally or on Ray; results table and figures",
@@ -810,44 +901,50 @@ def build_parser() -> argparse.ArgumentParser:
         "--eval-batch",
         type=int,
         default=400,
-        help="episodes per evaluation job (one lockstep batch; default 200)",
+        help="episodes per evaluation job (one lockstep batch)",
     )
     p.add_argument("--figures", action="store_true", help="draw the figures and tables")
     p.add_argument("--dry-run", action="store_true", help="validate and print the plan only")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_experiment)
 
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "export",
         help="copy a checkpoint (e.g. a run's best) to a new "
         "place, with each task's reward-inferred z in its description",
     )
-    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--checkpoint", required=True, help="the checkpoint to copy (e.g. RUN/best)")
     p.add_argument("--out", required=True, help="destination stem (writes .safetensors/.json)")
     p.add_argument("--dataset", default=None, help="default: the model's training dataset")
     p.set_defaults(func=_cmd_export)
 
-    p = sub.add_parser(
+    p = _command(
+        sub,
         "plot",
         help="plot a pretraining run's IQM curve, or tables from `evaluate` (nominal: bars "
         "per task; sweeps: a panel per table), to a PNG",
     )
     p.add_argument("inputs", nargs="+", help="a pretraining run directory, or CSV tables")
     p.add_argument("--out", required=True, help="PNG file to write")
-    p.add_argument("--title", default=None)
+    p.add_argument("--title", default=None, help="figure title (default: derived from the inputs)")
     p.set_defaults(func=_cmd_plot)
 
-    p = sub.add_parser("info", help="summarise a dataset, with every task's relabelled rewards")
+    p = _command(sub, "info", help="summarise a dataset, with every task's relabelled rewards")
     p.add_argument("path", help="a buffer directory or any directory above it")
     p.set_defaults(func=_cmd_info)
 
-    p = sub.add_parser("envs", help="list domains, tasks and perturbation families")
+    p = _command(sub, "envs", help="list domains, tasks and perturbation families")
     p.set_defaults(func=_cmd_envs)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:  # bare `rbfm`: the commands and what each does
+        parser.print_help()
+        return 2
     try:
         args.func(args)
     except RbfmError as e:

@@ -100,10 +100,17 @@ class RayExecutor:
         self._ray = ray
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False}
-            if address == "local":
-                ray.init(num_cpus=num_cpus, **kwargs)
-            else:
-                ray.init(address=address, **kwargs)
+            try:
+                if address == "local":
+                    ray.init(num_cpus=num_cpus, **kwargs)
+                else:
+                    ray.init(address=address, **kwargs)
+            except (ConnectionError, RuntimeError) as e:
+                raise ConfigError(
+                    f"--ray {address}: no Ray cluster could be joined ({e}); start one "
+                    "(`ray start --head`), use --ray local for a private instance, or run "
+                    "without --ray"
+                ) from e
         self.parallel = max(int(ray.cluster_resources().get("CPU", 1)), 1)
         self.name = f"ray ({address}, {self.parallel} CPUs)"
         self._remote: dict[Callable[..., Any], Any] = {}

@@ -56,7 +56,7 @@ def resolve(path: str | os.PathLike[str]) -> Path:
     if domain in DOMAINS and not p.exists() and not p.with_suffix(".json").exists():
         stem = shipped_model(domain, label or None)
         if stem is None:
-            have = ", ".join(sorted(f.stem for f in ASSETS.glob("*.json"))) or "none"
+            have = ", ".join(_shipped_names()) or "none"
             raise CheckpointError(
                 f"no {name} model is shipped with rbfm (shipped: {have}); pass a run "
                 "directory or checkpoint file"
@@ -67,6 +67,15 @@ def resolve(path: str | os.PathLike[str]) -> Path:
     if p.suffix in (".json", ".safetensors"):
         p = p.with_suffix("")
     return p
+
+
+def _shipped_names() -> list[str]:
+    """The names `resolve` accepts for the shipped models: `walker`, `walker:aps`..."""
+    names = []
+    for f in sorted(ASSETS.glob("*.json")):
+        domain, _, label = f.stem.partition("_")
+        names.append(domain if label == "rnd" else f"{domain}:{label}")
+    return names
 
 
 def shipped_model(domain: str, dataset: str | None = None) -> Path | None:
@@ -113,7 +122,11 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     stem = resolve(path)
     meta_path = stem.with_suffix(".json")
     if not meta_path.exists():
-        raise CheckpointError(f"{meta_path}: no such checkpoint description")
+        have = ", ".join(_shipped_names()) or "none"
+        raise CheckpointError(
+            f"{meta_path}: no such checkpoint description (a run directory, a checkpoint "
+            f"file, or a shipped model: {have})"
+        )
     try:
         meta = json.loads(meta_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as e:

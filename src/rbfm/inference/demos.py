@@ -194,6 +194,8 @@ def generate_demos(
     """
     if not 0.0 <= action_noise <= 10.0 or not np.isfinite(action_noise):
         raise ConfigError(f"action_noise: {action_noise} is out of range (valid: 0..10)")
+    if episodes < 1:
+        raise ConfigError(f"episodes: {episodes} demonstrations asked for (valid: >= 1)")
     act = policy(model, z)
     if action_noise > 0:
         rng = np.random.default_rng([seed, 1])

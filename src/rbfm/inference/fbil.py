@@ -311,26 +311,28 @@ def lbfgs(
 def infer(
     model: FBModel, demos: Demos, cfg: FBILConfig, seed: int, progress: bool = False
 ) -> InferenceResult:
-    data = prepare(model, demos, cfg.bf16)
+    return _solve(model, prepare(model, demos, cfg.bf16), cfg, seed, progress)
+
+
+def _solve(
+    model: FBModel, data: Prepared, cfg: FBILConfig, seed: int, progress: bool
+) -> InferenceResult:
     if cfg.solver == "lbfgs":
         return lbfgs(model, data, cfg, progress)
     return descend(model, data, cfg, seed, progress, "fbil", Descent(_mean))
 
 
 def robust_start(
-    model: FBModel, data: Prepared, cfg: FBILConfig, seed: int, progress: bool
+    model: FBModel, data: Prepared, cfg: FBILConfig, start: str, seed: int, progress: bool
 ) -> tuple[torch.Tensor | None, dict[str, float]]:
     """Where the robust methods start: z_w (the paper), or FB-IL's converged z under
     the default settings (`start="fbil"`). FB-IL's z is a feasible point of both robust
     problems, and their descents return their best iterate, so from there they can only
     improve their own objective on FB-IL's; from z_w, RBFM-Light's descent, driven by the
     single worst transition, stalled far from it on some models (docs/inference.md)."""
-    if getattr(cfg, "start", "warm") == "warm":
+    if start == "warm":
         return None, {}
     # FB-IL under the robust method's own descent settings (cap, step size, schedule...).
     shared = FBILConfig(**{f.name: getattr(cfg, f.name) for f in fields(FBILConfig)})
-    if shared.solver == "lbfgs":
-        first = lbfgs(model, data, shared, progress)
-    else:
-        first = descend(model, data, shared, seed, progress, "fbil", Descent(_mean))
+    first = _solve(model, data, shared, seed, progress)
     return first.z, {"start_steps": float(first.steps), "start_objective": first.objective}

@@ -265,7 +265,7 @@ def infer(
     model: FBModel, demos: Demos, cfg: HeavyConfig, seed: int, progress: bool = False
 ) -> InferenceResult:
     data = prepare(model, demos, cfg.bf16)
-    start, info = robust_start(model, data, cfg, seed, progress)
+    start, info = robust_start(model, data, cfg, cfg.start, seed, progress)
     descent = _heavy_descent(model, data, cfg, seed, start)
     result = descend(model, data, cfg, seed, progress, "rbfm-heavy", descent, start)
     result.extra.update(info)

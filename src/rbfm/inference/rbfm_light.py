@@ -48,7 +48,7 @@ def infer(
         return value, {"lambda": lam}
 
     data = prepare(model, demos, cfg.bf16)
-    start, info = robust_start(model, data, cfg, seed, progress)
+    start, info = robust_start(model, data, cfg, cfg.start, seed, progress)
     result = descend(model, data, cfg, seed, progress, "rbfm-light", Descent(worst_case), start)
     result.extra.update(info)
     return result
