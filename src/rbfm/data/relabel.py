@@ -63,7 +63,7 @@ def relabel(
     dataset: Dataset | Transitions | np.ndarray,
     domain: str,
     task: str,
-    progress: bool = True,
+    progress: bool = False,
 ) -> np.ndarray:
     """One reward per transition (computed at its s' physics row), in the dataset's order.
 
@@ -75,7 +75,7 @@ def relabel(
 
 
 def relabel_all(
-    dataset: Dataset | Transitions | np.ndarray, domain: str, progress: bool = True
+    dataset: Dataset | Transitions | np.ndarray, domain: str, progress: bool = False
 ) -> dict[str, np.ndarray]:
     """Rewards of every task of the domain from a single pass over the states."""
     spec = get_domain(domain)
