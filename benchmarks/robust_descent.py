@@ -33,8 +33,8 @@ import torch
 from rbfm.fb.checkpoint import load_checkpoint
 from rbfm.inference import generate_demos, infer
 from rbfm.inference.common import InferenceResult, full_losses, prepare
-from rbfm.inference.duals import light_objective
 from rbfm.inference.rbfm_heavy import HeavyConfig, heavy_value
+from rbfm.robust.duals import light_objective
 
 EPS = 0.8
 # The reference: 5x the cap, 6x the patience, 4 more halvings (step sizes down to 1/1024).

@@ -17,9 +17,8 @@ import numpy as np
 import torch
 
 from rbfm.envs import get_domain
-from rbfm.evaluation import EnvSpec, RolloutEngine
+from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy
 from rbfm.fb import FBModel, fb_config
-from rbfm.fb.zero_shot import policy
 
 
 def raw_rate(domain: str, task: str, steps: int = 5000) -> float:
@@ -67,8 +66,8 @@ def main() -> None:
             raws.append(raw_rate(domain, task))
             for workers, engine in engines.items():
                 for episodes in args.episodes:
-                    engine.run(EnvSpec(domain, task), policy(model, z), episodes)  # warm up
-                    res = engine.run(EnvSpec(domain, task), policy(model, z), episodes)
+                    engine.run(EnvSpec(domain, task), fb_policy(model, z), episodes)  # warm up
+                    res = engine.run(EnvSpec(domain, task), fb_policy(model, z), episodes)
                     rates.setdefault((workers, episodes), []).append(res.env_steps / res.seconds)
         for engine in engines.values():
             engine.close()

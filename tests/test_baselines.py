@@ -13,7 +13,8 @@ from scipy.optimize import linprog
 from rbfm.baselines import bedroil, drbc, load_weights, read_policy_meta, save_policy
 from rbfm.errors import ConfigError, DatasetError
 from rbfm.fb.checkpoint import CheckpointError
-from rbfm.inference import Demos, duals, get_divergence, rbfm_heavy, rbfm_light
+from rbfm.inference import Demos, get_divergence, rbfm_heavy, rbfm_light
+from rbfm.robust import duals
 
 
 def _linear_expert_demos(episodes: int = 4, steps: int = 200) -> tuple[Demos, np.ndarray]:
@@ -62,9 +63,8 @@ def test_drbc_and_rbfm_light_share_the_exact_tv_dual() -> None:
 
 
 def test_bedroil_and_rbfm_heavy_share_the_critic_loss() -> None:
-    # BE-DROIL takes RBFM-Heavy's own critic step, which is built on the pure dual.
-    assert bedroil.critic_step is rbfm_heavy.critic_step
-    assert rbfm_heavy.heavy_critic_loss is duals.heavy_critic_loss
+    # BE-DROIL's critic step and RBFM-Heavy's critic are built on the same pure dual.
+    assert bedroil.heavy_critic_loss is rbfm_heavy.heavy_critic_loss is duals.heavy_critic_loss
     g = torch.Generator().manual_seed(0)
     q0, q, q_next, loss = (torch.randn(64, generator=g) for _ in range(4))
     c = duals.heavy_residual(loss, q, q_next, 0.99)
@@ -86,7 +86,7 @@ def test_bedroil_and_rbfm_heavy_share_the_critic_loss() -> None:
     tau_p = torch.tensor(0.7, requires_grad=True)
     params = [t.clone().requires_grad_(True) for t in (q, q_next, q0)]
     opt = torch.optim.SGD([*params, tau_p], lr=10.0)
-    step_value, step_w = rbfm_heavy.critic_step(*params, loss, tau_p, opt, 0.8, 0.99, div)
+    step_value, step_w = bedroil.critic_step(*params, loss, tau_p, opt, 0.8, 0.99, div)
     torch.testing.assert_close(step_value.detach(), expected)
     torch.testing.assert_close(step_w, w)
     assert float(tau_p.detach()) == pytest.approx(1e-6, rel=1e-6)

@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from rbfm.errors import ConfigError
 from rbfm.exploration import CollectConfig, collect
-from rbfm.fb.pretrain import PretrainConfig, pretrain
+from rbfm.training.pretrain import PretrainConfig, pretrain
 
 
 @pytest.fixture(scope="module")

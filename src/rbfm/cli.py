@@ -99,7 +99,7 @@ def parse_assignments(items: list[str]) -> list[tuple[str, Any]]:
 
 
 def _cmd_pretrain(args: argparse.Namespace) -> None:
-    from rbfm.fb.pretrain import PretrainConfig, pretrain
+    from rbfm.training.pretrain import PretrainConfig, pretrain
 
     cfg = PretrainConfig(
         dataset=args.dataset,
@@ -139,10 +139,10 @@ def _cmd_zero_shot(args: argparse.Namespace) -> None:
     from rbfm.atomic import atomic_csv
     from rbfm.data import load_dataset
     from rbfm.envs import TASKS
-    from rbfm.evaluation import EnvSpec, RolloutEngine, mean_ci
+    from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy, mean_ci
     from rbfm.evaluation.stats import stratified_iqm
     from rbfm.fb.checkpoint import load_checkpoint, training_data
-    from rbfm.fb.zero_shot import infer_z, labelled_states, policy
+    from rbfm.fb.zero_shot import infer_z, labelled_states
 
     _check_count("--episodes", args.episodes)
     _check_out(args.out)
@@ -187,7 +187,7 @@ def _cmd_zero_shot(args: argparse.Namespace) -> None:
     with RolloutEngine(args.workers) as engine:
         for task in tasks:
             spec = EnvSpec(domain, task, args.perturbation, args.level)
-            res = engine.run(spec, policy(model, task_z[task]), args.episodes, seed=args.seed)
+            res = engine.run(spec, fb_policy(model, task_z[task]), args.episodes, seed=args.seed)
             m, h = mean_ci(res.returns)
             row: dict[str, object] = {"task": task, "mean": m, "ci95": h}
             line = f"{task:<14} {m:>8.1f} +- {h:<5.1f}"

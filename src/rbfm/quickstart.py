@@ -48,7 +48,7 @@ def _log(start: float, message: str) -> None:
 
 def _model_path(cfg: QuickstartConfig, start: float, progress: bool) -> Path:
     from rbfm.exploration import CollectConfig, collect
-    from rbfm.fb.pretrain import PretrainConfig, pretrain
+    from rbfm.training.pretrain import PretrainConfig, pretrain
 
     if cfg.checkpoint:
         return Path(cfg.checkpoint)

@@ -18,10 +18,10 @@ from torch import nn
 
 from rbfm.baselines import bedroil, drbc
 from rbfm.baselines.common import BaselineResult, load_weights, read_policy_meta, save_policy
+from rbfm.data.demos import Demos
 from rbfm.errors import unknown
 from rbfm.evaluation.rollout import Policy
 from rbfm.fb.checkpoint import CheckpointError
-from rbfm.inference.demos import Demos
 
 BASELINES = ("drbc", "bedroil")
 

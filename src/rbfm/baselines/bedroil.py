@@ -4,8 +4,9 @@ A TanhGaussian policy (MLP 256x256) and a critic Q(s, a) on raw state-action pai
 (MLP 256x256, ReLU) with tau >= 0 solve RBFM-Heavy's dual, with the policy's
 parameters in the place of the task vector: per batch, l(s) = ||a - a_D||^2 with a
 sampled from the policy (reparameterised), c = l + gamma Q(s', a'_D) - Q(s, a_D),
-the critic and tau take RBFM-Heavy's own step on the dual (`rbfm_heavy.critic_step`), then the
-policy minimises E[sg(w*) l], alternating 1:1 (Table 9). Every demonstration state
+the critic and tau take a step on RBFM-Heavy's dual (`critic_step`, on the same pure
+function `robust.duals.heavy_critic_loss` as RBFM-Heavy's critic; tau raw, as the
+paper's Table 9 runs it), then the policy minimises E[sg(w*) l], alternating 1:1 (Table 9). Every demonstration state
 counts as an initial state, as for RBFM-Heavy.
 """
 
@@ -20,11 +21,16 @@ from torch import nn
 
 from rbfm.baselines.common import BaselineResult, demo_tensors, mlp, train_loop
 from rbfm.checks import in_range, positive_ints
+from rbfm.data.demos import Demos
 from rbfm.errors import unknown
-from rbfm.inference.demos import Demos
-from rbfm.inference.divergences import get_divergence
-from rbfm.inference.duals import heavy_policy_loss
-from rbfm.inference.rbfm_heavy import check_heavy, critic_step
+from rbfm.robust.divergences import Divergence, get_divergence
+from rbfm.robust.duals import (
+    MIN_TAU,
+    check_heavy,
+    heavy_critic_loss,
+    heavy_policy_loss,
+    heavy_residual,
+)
 from rbfm.seeding import seeded
 
 _LOG_STD = (-5.0, 2.0)
@@ -83,6 +89,38 @@ class TanhGaussianPolicy(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.distribution(obs)[0])
+
+
+def project_tau(tau: torch.Tensor, c: torch.Tensor, divergence: Divergence) -> None:
+    """Raises a raw tau parameter in place to where the dual is finite (and >= MIN_TAU)."""
+    with torch.no_grad():
+        tau.copy_(torch.maximum(tau, divergence.tau_floor(c)).clamp(min=MIN_TAU))
+
+
+def critic_step(
+    q_s: torch.Tensor,
+    q_next: torch.Tensor,
+    q_init: torch.Tensor,
+    losses: torch.Tensor,
+    tau: torch.Tensor,
+    opt: torch.optim.Optimizer,
+    eps: float,
+    gamma: float,
+    divergence: Divergence,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step of (Q, tau) on Section 3.2's dual, given Q on the batch's (s, a), its
+    (s', a') and initial states; returns the dual's value and w*, which (Algorithm 3)
+    also weights BE-DROIL's policy step. tau is a raw parameter, first raised to where
+    the batch's dual is finite."""
+    c = heavy_residual(losses.detach(), q_s, q_next, gamma)
+    project_tau(tau, c, divergence)
+    value, w = heavy_critic_loss(q_init, c, tau, eps, gamma, divergence)
+    opt.zero_grad(set_to_none=True)
+    value.backward()
+    opt.step()
+    with torch.no_grad():
+        tau.clamp_(min=MIN_TAU)
+    return value, w
 
 
 def train(

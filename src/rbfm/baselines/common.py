@@ -14,10 +14,10 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from rbfm.atomic import atomic_write
+from rbfm.data.demos import Demos
 from rbfm.errors import DatasetError
 from rbfm.fb.checkpoint import CheckpointError
-from rbfm.inference.common import steps_bar
-from rbfm.inference.demos import Demos
+from rbfm.progress import steps_bar
 
 FORMAT = "rbfm-policy"
 

@@ -18,9 +18,9 @@ from torch import nn
 
 from rbfm.baselines.common import BaselineResult, demo_tensors, mlp, train_loop
 from rbfm.checks import in_range, positive_ints
+from rbfm.data.demos import Demos
 from rbfm.errors import unknown
-from rbfm.inference.demos import Demos
-from rbfm.inference.duals import light_objective
+from rbfm.robust.duals import light_objective
 from rbfm.seeding import seeded
 
 

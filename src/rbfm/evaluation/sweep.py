@@ -19,10 +19,10 @@ import torch
 
 from rbfm.atomic import atomic_write
 from rbfm.errors import ConfigError
+from rbfm.evaluation.fb_policy import fb_policy
 from rbfm.evaluation.rollout import EnvSpec, Policy, RolloutEngine
 from rbfm.evaluation.stats import mean_ci
 from rbfm.fb.model import FBModel
-from rbfm.fb.zero_shot import policy
 
 
 def save_z(path: str | os.PathLike[str], z: torch.Tensor, meta: dict[str, Any]) -> Path:
@@ -116,7 +116,7 @@ def sweep(
         if model is None:
             raise ValueError("task vectors need the FB model they were inferred for")
         z_all = torch.stack([z for _, z in zs]).repeat_interleave(episodes, 0)
-        groups.append((0, len(zs) * episodes, policy(model, z_all)))
+        groups.append((0, len(zs) * episodes, fb_policy(model, z_all)))
     for i, (_, pol) in enumerate(policies or [], start=len(zs)):
         groups.append((i * episodes, (i + 1) * episodes, pol))
     own = engine is None

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from rbfm.inference.duals import light_worst_case
 from rbfm.inference.rbfm_heavy import HeavyConfig, fit_critic
+from rbfm.robust.duals import light_worst_case
 
 RADII = (0.2, 0.4, 0.6, 0.8, 1.0)
 

@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from rbfm.data.demos import Demos
 from rbfm.experiments.certificate import RADII, Certificate, heavy_certificates, tv_certificates
 from rbfm.fb.model import FBModel
-from rbfm.inference.demos import Demos
 
 
 @functools.lru_cache(maxsize=4)
@@ -188,9 +188,8 @@ def run_eval(job: EvalJob) -> list[EvalOutput]:
     limit): one actor call per step serves every task vector of the model. Outputs are
     in the order of `job.entries`."""
     from rbfm.baselines import as_policy
-    from rbfm.evaluation import EnvSpec, RolloutEngine
+    from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy
     from rbfm.evaluation.sweep import dispatch
-    from rbfm.fb.zero_shot import policy
 
     _one_thread()
     fb = [e for e in job.entries if e.z is not None]
@@ -202,7 +201,7 @@ def run_eval(job: EvalJob) -> list[EvalOutput]:
         z = torch.tensor([e.z for e in fb]).repeat_interleave(
             torch.tensor([e.episodes for e in fb]), 0
         )
-        groups.append((0, len(z), policy(_model(job.checkpoint), z)))
+        groups.append((0, len(z), fb_policy(_model(job.checkpoint), z)))
     start = sum(e.episodes for e in fb)
     for e in base:
         assert e.policy is not None

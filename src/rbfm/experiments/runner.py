@@ -33,6 +33,7 @@ import torch
 from tqdm import tqdm
 
 from rbfm.atomic import atomic_csv, atomic_write
+from rbfm.data.demos import Demos, load_demos, save_demos
 from rbfm.experiments.executors import Executor
 from rbfm.experiments.jobs import (
     DemosJob,
@@ -47,7 +48,6 @@ from rbfm.experiments.jobs import (
 from rbfm.experiments.plan import NOMINAL, DemosCell, EvalCell, InferCell, Plan, plan
 from rbfm.experiments.spec import ExperimentSpec
 from rbfm.experiments.table import ResultRow, write_table
-from rbfm.inference.demos import Demos, load_demos, save_demos
 
 # Episodes per evaluation job. Each episode holds its own MuJoCo environment (~10-13 MB):
 # a 400-episode walker job peaked at 5-7 GB per worker, so 2 workers on a 24 GB machine

@@ -9,13 +9,14 @@ and "paper", Tables 5-7 as the paper runs them (docs/inference.md compares them)
 from collections.abc import Callable
 from typing import Any
 
+from rbfm.data.demos import Demos, load_demos, save_demos
 from rbfm.errors import unknown
 from rbfm.fb.model import FBModel
 from rbfm.inference import fbil, rbfm_heavy, rbfm_light
 from rbfm.inference.common import InferenceResult
-from rbfm.inference.demos import Demos, generate_demos, load_demos, save_demos, warm_start
-from rbfm.inference.divergences import DIVERGENCES, Divergence, get_divergence
-from rbfm.inference.duals import (
+from rbfm.inference.demos import generate_demos, warm_start
+from rbfm.robust.divergences import DIVERGENCES, Divergence, get_divergence
+from rbfm.robust.duals import (
     heavy_critic_loss,
     heavy_policy_loss,
     heavy_residual,

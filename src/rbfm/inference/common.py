@@ -5,19 +5,15 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 import torch
-from tqdm import tqdm
 
+from rbfm.data.demos import Demos
 from rbfm.errors import DatasetError
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import Actor, project
-from rbfm.inference.demos import Demos, warm_start
-
-T = TypeVar("T")
+from rbfm.inference.demos import warm_start
 
 
 @dataclass
@@ -122,11 +118,6 @@ def full_losses(data: Prepared, z: torch.Tensor, radius: float, chunk: int) -> t
             for idx in torch.arange(len(data.obs), device=data.obs.device).split(chunk)
         ]
     return torch.cat(parts)
-
-
-def steps_bar(steps: Iterable[T], desc: str, enabled: bool) -> Iterable[T]:
-    """The optimisation steps, with a progress bar when `enabled` (the command line)."""
-    return tqdm(steps, desc=desc, unit="step", disable=not enabled, leave=False, mininterval=0.5)
 
 
 def batches(

@@ -18,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from rbfm.checks import in_range
+from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
@@ -29,10 +30,9 @@ from rbfm.inference.common import (
     imitation_losses,
     prepare,
     sphere,
-    steps_bar,
 )
 from rbfm.inference.convergence import SCHEDULES, Plateau
-from rbfm.inference.demos import Demos
+from rbfm.progress import steps_bar
 
 # The full set is one batch up to this many transitions (4 demonstrations are ~4,000);
 # beyond it, steps draw batches of this size and checks evaluate the set in chunks.

@@ -28,13 +28,11 @@ import torch
 from torch import nn
 
 from rbfm.checks import in_range
+from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError
 from rbfm.fb.model import FBModel
 from rbfm.inference.common import InferenceResult, Prepared, full_losses, prepare
 from rbfm.inference.convergence import Plateau
-from rbfm.inference.demos import Demos
-from rbfm.inference.divergences import Divergence, get_divergence
-from rbfm.inference.duals import heavy_critic_loss, heavy_residual
 from rbfm.inference.fbil import (
     FULL_BATCH_MAX,
     Descent,
@@ -44,9 +42,10 @@ from rbfm.inference.fbil import (
     robust_start,
 )
 from rbfm.inference.fbil import PAPER as FBIL_PAPER
+from rbfm.robust.divergences import Divergence, get_divergence
+from rbfm.robust.duals import MIN_TAU, check_heavy, heavy_critic_loss, heavy_residual
 from rbfm.seeding import seeded
 
-_MIN_TAU = 1e-6  # tau is kept in [_MIN_TAU, inf): w* needs c / tau
 TAU_PARAMS = ("floor", "log", "raw")
 
 
@@ -95,46 +94,6 @@ PAPER = {
 }
 
 
-def check_heavy(owner: str, eps: float, gamma: float, divergence: str, tau_init: float) -> None:
-    """The dual's own settings (RBFM-Heavy and BE-DROIL)."""
-    in_range(owner, "eps", eps, 0, 100)
-    in_range(owner, "gamma", gamma, 0, 1, open_low=True, open_high=True)
-    in_range(owner, "tau_init", tau_init, 0, open_low=True)
-    get_divergence(divergence)  # unknown names are refused with the valid ones
-
-
-def project_tau(tau: torch.Tensor, c: torch.Tensor, divergence: Divergence) -> None:
-    """Raises a raw tau parameter in place to where the dual is finite (and >= _MIN_TAU)."""
-    with torch.no_grad():
-        tau.copy_(torch.maximum(tau, divergence.tau_floor(c)).clamp(min=_MIN_TAU))
-
-
-def critic_step(
-    q_s: torch.Tensor,
-    q_next: torch.Tensor,
-    q_init: torch.Tensor,
-    losses: torch.Tensor,
-    tau: torch.Tensor,
-    opt: torch.optim.Optimizer,
-    eps: float,
-    gamma: float,
-    divergence: Divergence,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """One step of (Q, tau) on Section 3.2's dual, given Q on the batch's (s, a), its
-    (s', a') and initial states; returns the dual's value and w*, which (Algorithm 3)
-    also weights BE-DROIL's policy step. tau is a raw parameter, first raised to where
-    the batch's dual is finite."""
-    c = heavy_residual(losses.detach(), q_s, q_next, gamma)
-    project_tau(tau, c, divergence)
-    value, w = heavy_critic_loss(q_init, c, tau, eps, gamma, divergence)
-    opt.zero_grad(set_to_none=True)
-    value.backward()
-    opt.step()
-    with torch.no_grad():
-        tau.clamp_(min=_MIN_TAU)
-    return value, w
-
-
 class Critic(nn.Module):
     """Q as an MLP on fixed features, and tau (raw, or as log tau)."""
 
@@ -173,9 +132,9 @@ class Critic(nn.Module):
         log_scale = self.tau_mode == "log"
         own = self.tau_param.exp() if log_scale else self.tau_param
         if not project:
-            return torch.maximum(own, floor).clamp(min=_MIN_TAU)
+            return torch.maximum(own, floor).clamp(min=MIN_TAU)
         with torch.no_grad():
-            raised = torch.maximum(own, floor).clamp(min=_MIN_TAU)
+            raised = torch.maximum(own, floor).clamp(min=MIN_TAU)
             self.tau_param.copy_(raised.log() if log_scale else raised)
         return self.tau_param.exp() if log_scale else self.tau_param
 

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 import torch
 
 from rbfm.checks import in_range
+from rbfm.data.demos import Demos
 from rbfm.fb.model import FBModel
 from rbfm.inference.common import InferenceResult, prepare
-from rbfm.inference.demos import Demos
-from rbfm.inference.duals import light_objective
 from rbfm.inference.fbil import PAPER as FBIL_PAPER
 from rbfm.inference.fbil import Descent, FBILConfig, check_start, descend, robust_start
+from rbfm.robust.duals import light_objective
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,10 @@ import math
 
 import torch
 
-from rbfm.inference.divergences import Divergence
+from rbfm.checks import in_range
+from rbfm.robust.divergences import Divergence, get_divergence
+
+MIN_TAU = 1e-6  # solvers keep tau in [MIN_TAU, inf): w* needs c / tau
 
 
 def _mean(x: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
@@ -119,3 +122,11 @@ def heavy_policy_loss(
 ) -> torch.Tensor:
     """E[sg(w*) l]: the imitation loss under the worst-case occupancy."""
     return _mean(w.detach() * loss, weights)
+
+
+def check_heavy(owner: str, eps: float, gamma: float, divergence: str, tau_init: float) -> None:
+    """The dual's own settings (RBFM-Heavy and BE-DROIL)."""
+    in_range(owner, "eps", eps, 0, 100)
+    in_range(owner, "gamma", gamma, 0, 1, open_low=True, open_high=True)
+    in_range(owner, "tau_init", tau_init, 0, open_low=True)
+    get_divergence(divergence)  # unknown names are refused with the valid ones

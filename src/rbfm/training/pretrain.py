@@ -29,11 +29,11 @@ from tqdm import tqdm
 from rbfm.atomic import atomic_write
 from rbfm.data import load_dataset
 from rbfm.device import pick_device
-from rbfm.evaluation import EnvSpec, RolloutEngine, iqm
+from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy, iqm
 from rbfm.fb.checkpoint import save_checkpoint
 from rbfm.fb.config import FBConfig, fb_config
 from rbfm.fb.model import FBModel, FBTrainer
-from rbfm.fb.zero_shot import infer_z, labelled_states, policy
+from rbfm.fb.zero_shot import infer_z, labelled_states
 from rbfm.run_identity import bind_identity
 
 EVAL_SEED = 1_000_003  # evaluation episodes use fixed initial states, separate from training
@@ -186,7 +186,7 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
             served.eval()
             z = torch.stack([infer_z(served, eval_obs, eval_rewards[t]) for t in tasks])
             specs = [EnvSpec(domain, t) for t in tasks for _ in range(k)]
-            result = engine.run(specs, policy(served, z.repeat_interleave(k, 0)), seed=EVAL_SEED)
+            result = engine.run(specs, fb_policy(served, z.repeat_interleave(k, 0)), seed=EVAL_SEED)
             served.train()
         returns = {t: result.returns[i * k : (i + 1) * k] for i, t in enumerate(tasks)}
         score = iqm(np.concatenate(list(returns.values())))

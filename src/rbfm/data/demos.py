@@ -1,0 +1,171 @@
+"""Expert demonstrations: the type and its file format.
+
+A file holds E episodes concatenated (observation and physics with T+1 rows per
+episode, action and reward with T), their lengths and returns, and a JSON
+description (domain, task, checkpoint, seed). Inference methods and baselines draw a
+few episodes at random per seed and use their (s, a, s', a') transitions. Generating
+demonstrations by rollouts of a model is `rbfm.inference.generate_demos`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rbfm.atomic import atomic_write
+from rbfm.envs import get_domain
+from rbfm.errors import ConfigError, DatasetError
+
+_KEYS = ("observation", "action", "physics", "reward", "lengths", "returns")
+
+
+@dataclass(frozen=True)
+class Demos:
+    domain: str
+    task: str
+    observation: np.ndarray  # (sum(T+1), obs_dim)
+    action: np.ndarray  # (sum(T), action_dim)
+    physics: np.ndarray  # (sum(T+1), physics_dim)
+    reward: np.ndarray  # (sum(T),)
+    lengths: np.ndarray  # (E,) steps per episode
+    returns: np.ndarray  # (E,)
+    meta: dict[str, Any]
+
+    @property
+    def num_episodes(self) -> int:
+        return len(self.lengths)
+
+    def _offsets(self) -> tuple[np.ndarray, np.ndarray]:
+        steps = np.concatenate([[0], np.cumsum(self.lengths)])
+        rows = steps + np.arange(len(steps))  # T+1 rows per episode
+        return rows, steps
+
+    def episodes(self, index: np.ndarray) -> Demos:
+        """The demos restricted to some episodes."""
+        rows, steps = self._offsets()
+        row_idx = np.concatenate([np.arange(rows[i], rows[i + 1]) for i in index])
+        step_idx = np.concatenate([np.arange(steps[i], steps[i + 1]) for i in index])
+        return Demos(
+            self.domain,
+            self.task,
+            self.observation[row_idx],
+            self.action[step_idx],
+            self.physics[row_idx],
+            self.reward[step_idx],
+            self.lengths[index],
+            self.returns[index],
+            self.meta,
+        )
+
+    def sample(self, n: int, seed: int) -> Demos:
+        """n episodes drawn at random (without replacement) from seed."""
+        if not 0 < n <= self.num_episodes:
+            source = self.meta.get("path", f"{self.domain}/{self.task} demonstrations")
+            raise ConfigError(
+                f"cannot draw {n} demonstrations from the {self.num_episodes} episodes of "
+                f"{source} (valid: 1..{self.num_episodes})"
+            )
+        return self.episodes(
+            np.random.default_rng(seed).choice(self.num_episodes, n, replace=False)
+        )
+
+    def transitions(self) -> dict[str, np.ndarray]:
+        """(s, a, s', a') for every step that has a next action: T-1 per episode."""
+        rows, steps = self._offsets()
+        out: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("observation", "action", "next_observation", "next_action")
+        }
+        for i, t in enumerate(self.lengths):
+            obs = self.observation[rows[i] : rows[i + 1]]
+            act = self.action[steps[i] : steps[i + 1]]
+            out["observation"].append(obs[: t - 1])
+            out["action"].append(act[: t - 1])
+            out["next_observation"].append(obs[1:t])
+            out["next_action"].append(act[1:t])
+        return {k: np.concatenate(v) for k, v in out.items()}
+
+    def next_states(self) -> list[np.ndarray]:
+        """s_{t+1}, t = 0..T-1, of each episode (for the warm start)."""
+        rows, _ = self._offsets()
+        return [self.observation[rows[i] + 1 : rows[i + 1]] for i in range(self.num_episodes)]
+
+
+def save_demos(path: str | os.PathLike[str], demos: Demos) -> Path:
+    path = Path(path)
+    meta = {"domain": demos.domain, "task": demos.task, **demos.meta}
+
+    def write(tmp: Path) -> None:
+        # A file object: given the path, numpy would append ".npz" to the temporary name.
+        with open(tmp, "wb") as f:
+            np.savez_compressed(
+                f, meta=np.array(json.dumps(meta)), **{k: getattr(demos, k) for k in _KEYS}
+            )
+
+    atomic_write(path, write)
+    return path
+
+
+def load_demos(path: str | os.PathLike[str], domain: str | None = None) -> Demos:
+    """Loads and validates a demonstrations file; errors name the file and the defect."""
+    path = Path(path)
+    if not path.exists():
+        raise DatasetError(f"{path}: no such demonstrations file")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            missing = [k for k in (*_KEYS, "meta") if k not in npz.files]
+            if missing:
+                raise DatasetError(f"{path}: not an rbfm demonstrations file (missing {missing})")
+            arrays = {k: np.asarray(npz[k]) for k in _KEYS}
+            meta = json.loads(str(npz["meta"]))
+    except DatasetError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise DatasetError(f"{path}: unreadable ({type(e).__name__}: {e})") from e
+    spec = get_domain(meta.get("domain", "?"))
+    if domain is not None and spec.name != domain:
+        raise DatasetError(f"{path}: demonstrations of {spec.name}, not {domain}")
+    lengths = arrays["lengths"]
+    if len(lengths) == 0:
+        raise DatasetError(f"{path}: holds no episodes")
+    expected = {
+        "observation": (int((lengths + 1).sum()), spec.obs_dim),
+        "physics": (int((lengths + 1).sum()), spec.physics_dim),
+        "action": (int(lengths.sum()), spec.action_dim),
+    }
+    for key, shape in expected.items():
+        if arrays[key].shape != shape:
+            raise DatasetError(
+                f"{path}: {key} has shape {arrays[key].shape}, expected {shape} "
+                f"for {len(lengths)} {spec.name} episodes"
+            )
+    if (lengths < 2).any():
+        raise DatasetError(f"{path}: episodes shorter than 2 steps have no transition")
+    n_steps = int(lengths.sum())
+    for key, n in (("reward", n_steps), ("returns", len(lengths))):
+        if arrays[key].shape != (n,):
+            raise DatasetError(f"{path}: {key} has shape {arrays[key].shape}, expected ({n},)")
+    for key in ("observation", "action", "physics", "reward", "returns"):
+        if not np.isfinite(arrays[key]).all():
+            raise DatasetError(f"{path}: {key} holds NaN or infinite values")
+    worst = float(np.abs(arrays["action"]).max())
+    if worst > 1 + 1e-5:
+        raise DatasetError(
+            f"{path}: actions must lie in [-1, 1] (the environments' bounds); found {worst:g}"
+        )
+    return Demos(
+        spec.name,
+        meta["task"],
+        arrays["observation"].astype(np.float32),
+        arrays["action"].astype(np.float32),
+        arrays["physics"],
+        arrays["reward"],
+        lengths,
+        arrays["returns"],
+        {k: v for k, v in meta.items() if k not in ("domain", "task")} | {"path": str(path)},
+    )
