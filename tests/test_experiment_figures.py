@@ -165,7 +165,7 @@ def test_grid_figure_panels_lines_and_styles(rows: list[ResultRow]) -> None:
         "run / joint_friction",
     ]
     assert "(rnd)" in fig.get_suptitle()
-    labels = ["fbil", "rbfm-heavy (eps=0.4)", "rbfm-heavy (eps=0.8)", "drbc"]
+    labels = ["FB-IL", "RBFM-Heavy (eps=0.4)", "RBFM-Heavy (eps=0.8)", "DRBC"]  # display names
     for ax in fig.axes:
         assert _lines(ax) == labels
         assert len(ax.collections) == 4  # a CI band per line
@@ -194,7 +194,7 @@ def test_grid_figure_panels_lines_and_styles(rows: list[ResultRow]) -> None:
 def test_grid_other_dataset_and_nominal_only(rows: list[ResultRow]) -> None:
     fig = grid_figure(rows, "walker", dataset="rnd-100k")
     assert [ax.get_title() for ax in fig.axes] == ["walk / body_mass", "run / body_mass"]
-    assert _lines(fig.axes[0]) == ["fbil", "rbfm-heavy (eps=0.4)"]
+    assert _lines(fig.axes[0]) == ["FB-IL", "RBFM-Heavy (eps=0.4)"]
     nominal = [
         _row("rnd", t, lab, s, "none", None, float(s))
         for t in TASKS
@@ -241,7 +241,7 @@ def test_plot_grid_writes_png_and_svg(rows: list[ResultRow], tmp_path: Path) -> 
 def test_baselines_datasets_and_eps_figures(rows: list[ResultRow]) -> None:
     fig = baselines_figure(rows, "walker", "joint_friction")
     assert [ax.get_title() for ax in fig.axes] == ["walk", "run"]
-    assert all("drbc" in _lines(ax) for ax in fig.axes)
+    assert all("DRBC" in _lines(ax) for ax in fig.axes)
     np.testing.assert_allclose(_xy(fig.axes[0].lines[0].get_xdata()), LEVELS["joint_friction"])
 
     fig = datasets_figure(rows, "walker", "walk", "body_mass")
@@ -445,3 +445,23 @@ def test_run_figures_replace_an_earlier_drawing(
     )
     assert "grid-walker-rnd.png" in {p.name for p in written}
     assert not (tmp_path / ".figures.part").exists()
+
+
+def test_bands_stay_in_the_return_range_and_figures_say_what_they_show(
+    rows: list[ResultRow],
+) -> None:
+    """Two seeds far apart give a Student-t interval reaching below 0 and above 1000: the
+    band is clipped to the range returns can take, and the caption says what it is."""
+    from dataclasses import replace
+
+    wide = [
+        replace(r, mean=(0.0 if r.seed == SEEDS[0] else 1000.0))
+        for r in rows
+        if r.task == "walk" and r.family == "body_mass"
+    ]
+    fig = grid_figure(wide, "walker")
+    for band in fig.axes[0].collections:
+        ys = np.concatenate([p.vertices[:, 1] for p in band.get_paths()])
+        assert ys.min() >= 0.0 and ys.max() <= 1000.0
+    captions = " ".join(t.get_text() for t in fig.texts)
+    assert "95% Student-t CI across seeds, clipped to the return range [0, 1000]" in captions

@@ -10,7 +10,8 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "rbfm"
 
 # Bottom to top. The data's path: environments, data, the algorithms (exploration,
 # FB, the robust objectives), evaluation by rollouts, task inference and the
-# baselines, then the runs that combine them, then the command line.
+# baselines, their registry, then the runs and figures that combine them, then the
+# command line.
 LAYERS: list[set[str]] = [
     {"errors"},
     {"atomic", "checks", "device", "seeding", "progress"},
@@ -20,7 +21,8 @@ LAYERS: list[set[str]] = [
     {"exploration", "fb", "robust"},
     {"evaluation"},
     {"inference", "baselines"},
-    {"training", "experiments"},
+    {"methods"},
+    {"training", "experiments", "plots"},
     {"quickstart"},
     {"cli"},
 ]

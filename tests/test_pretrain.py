@@ -164,7 +164,7 @@ def test_runs_from_before_a_config_field_existed_still_resume(
 
 
 def test_plot_of_a_run(dataset: Path, tmp_path: Path) -> None:
-    from rbfm.evaluation.plots import plot_pretraining
+    from rbfm.plots import plot_pretraining
 
     run = pretrain(_cfg(dataset, tmp_path / "run", 40), progress=False)
     png = plot_pretraining(run, tmp_path / "curve.png")

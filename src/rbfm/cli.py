@@ -10,8 +10,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from rbfm import EVAL_SEED
 from rbfm.errors import ConfigError, RbfmError
 
@@ -134,15 +132,11 @@ CHECKPOINT_HELP = (
 
 
 def _cmd_zero_shot(args: argparse.Namespace) -> None:
-    import torch
-
     from rbfm.atomic import atomic_csv
-    from rbfm.data import load_dataset
     from rbfm.envs import TASKS
-    from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy, mean_ci
-    from rbfm.evaluation.stats import stratified_iqm
-    from rbfm.fb.checkpoint import load_checkpoint, training_data
-    from rbfm.fb.zero_shot import infer_z, labelled_states
+    from rbfm.evaluation.zero_shot import zero_shot, zero_shot_iqm
+    from rbfm.fb.checkpoint import load_checkpoint
+    from rbfm.fb.zero_shot import task_vectors
 
     _check_count("--episodes", args.episodes)
     _check_out(args.out)
@@ -154,68 +148,62 @@ def _cmd_zero_shot(args: argparse.Namespace) -> None:
         raise ConfigError(
             f"unknown {domain} task {unknown_tasks[0]!r}; valid: {', '.join(TASKS[domain])}"
         )
-    stored = meta.get("task_z", {})
-    task_z: dict[str, torch.Tensor] = {}
-    if args.dataset is None and all(t in stored for t in tasks):
-        # The z the checkpoint was selected with (best and shipped models store them):
-        # no dataset needed, and the returns are those of the model's own evaluation.
-        task_z = {t: torch.tensor(stored[t], dtype=torch.float32) for t in tasks}
-        source = "stored with the checkpoint"
-    else:
-        ds = load_dataset(training_data(meta, args.dataset, args.checkpoint), domain)
-        obs, rewards = labelled_states(
-            ds, domain, model.cfg.reward_samples, args.seed, progress=True
-        )
-        task_z = {t: infer_z(model, obs, rewards[t]) for t in tasks}
-        source = f"inferred from {model.cfg.reward_samples} labelled dataset states"
-    rng = np.random.default_rng(args.seed)
-
-    def random_policy(o: np.ndarray, episodes: np.ndarray) -> np.ndarray:
-        return rng.uniform(-1, 1, (len(o), model.action_dim)).astype(np.float32)
-
+    task_z, source = task_vectors(
+        model, meta, tasks, args.checkpoint, args.dataset, args.seed, progress=True
+    )
     dynamics = "nominal" if args.perturbation is None else f"{args.perturbation}={args.level:g}"
     print(
-        f"{meta['domain']} model at step {meta.get('step')}, {dynamics}, "
-        f"{args.episodes} episodes, mean return +- 95% CI; task vectors {source}"
+        f"{domain} model at step {meta.get('step')}, {dynamics}, {args.episodes} episodes, "
+        f"mean return +- 95% CI over episodes; task vectors {source}"
     )
     header = f"{'task':<14} {'zero-shot':>16}"
     if args.random:
         header += f" {'random':>16}  above random (disjoint CIs)"
     print(header)
-    rows: list[dict[str, object]] = []
-    returns: list[np.ndarray] = []
-    with RolloutEngine(args.workers) as engine:
-        for task in tasks:
-            spec = EnvSpec(domain, task, args.perturbation, args.level)
-            res = engine.run(spec, fb_policy(model, task_z[task]), args.episodes, seed=args.seed)
-            m, h = mean_ci(res.returns)
-            row: dict[str, object] = {"task": task, "mean": m, "ci95": h}
-            line = f"{task:<14} {m:>8.1f} +- {h:<5.1f}"
-            if args.random:
-                rm, rh = mean_ci(engine.run(spec, random_policy, args.episodes, args.seed).returns)
-                above = m - h > rm + rh
-                row |= {"random_mean": rm, "random_ci95": rh, "above_random": above}
-                line += f" {rm:>8.1f} +- {rh:<5.1f}  {'yes' if above else 'no'}"
-            if res.unstable.any():
-                line += f"  ({int(res.unstable.sum())} unstable)"
-            print(line)
-            rows.append(row | {"episodes": args.episodes, "unstable": int(res.unstable.sum())})
-            returns.append(res.returns)
-    if len(returns) > 1:  # pretraining's selection metric, on these episodes
-        score, low, high = stratified_iqm({"zero-shot": np.stack(returns, axis=1)})["zero-shot"]
+    rows = zero_shot(
+        model,
+        domain,
+        task_z,
+        args.episodes,
+        args.seed,
+        args.perturbation,
+        args.level,
+        args.random,
+        args.workers,
+    )
+    for r in rows:
+        line = f"{r.task:<14} {r.mean:>8.1f} +- {r.ci95:<5.1f}"
+        if r.random_mean is not None:
+            line += f" {r.random_mean:>8.1f} +- {r.random_ci95:<5.1f}  "
+            line += "yes" if r.above_random else "no"
+        if r.unstable:
+            line += f"  ({r.unstable} unstable)"
+        print(line)
+    if len(rows) > 1:
+        score, low, high = zero_shot_iqm(rows)
         print(
             f"IQM over the {len(tasks) * args.episodes} episodes: {score:.1f} (95% CI "
             f"{low:.1f} to {high:.1f}, rliable's stratified bootstrap over episodes per task)"
         )
     if args.out:
-        atomic_csv(Path(args.out), rows)
+        table = []
+        for r in rows:
+            row: dict[str, object] = {"task": r.task, "mean": r.mean, "ci95": r.ci95}
+            if r.random_mean is not None:
+                row |= {
+                    "random_mean": r.random_mean,
+                    "random_ci95": r.random_ci95,
+                    "above_random": r.above_random,
+                }
+            table.append(row | {"episodes": r.episodes, "unstable": r.unstable})
+        atomic_csv(Path(args.out), table)
         print(f"wrote {args.out}")
 
 
 def _cmd_plot(args: argparse.Namespace) -> None:
     from rbfm.envs import get_perturbation
-    from rbfm.evaluation.plots import plot_nominal, plot_pretraining, plot_sweeps
     from rbfm.evaluation.sweep import read_csv
+    from rbfm.plots import plot_nominal, plot_pretraining, plot_sweeps
 
     paths = [Path(p) for p in args.inputs]
     if len(paths) == 1 and paths[0].is_dir():
@@ -244,13 +232,10 @@ def _cmd_plot(args: argparse.Namespace) -> None:
 
 
 def _cmd_demos(args: argparse.Namespace) -> None:
-    import torch
-
-    from rbfm.data import load_dataset
     from rbfm.envs import TASKS
     from rbfm.evaluation import mean_ci
-    from rbfm.fb.checkpoint import load_checkpoint, training_data
-    from rbfm.fb.zero_shot import infer_z, labelled_states
+    from rbfm.fb.checkpoint import load_checkpoint
+    from rbfm.fb.zero_shot import task_vectors
     from rbfm.inference import generate_demos, save_demos
 
     _check_count("--episodes", args.episodes)
@@ -258,15 +243,8 @@ def _cmd_demos(args: argparse.Namespace) -> None:
     domain = meta["domain"]
     if args.task not in TASKS[domain]:
         raise ConfigError(f"unknown {domain} task {args.task!r}; valid: {', '.join(TASKS[domain])}")
-    stored = meta.get("task_z", {}).get(args.task)
-    if stored is not None and args.dataset is None:
-        # The z the checkpoint was selected with (best/exported models store it), so
-        # demonstrations need no dataset and match the model's reported returns.
-        z, source = torch.tensor(stored, dtype=torch.float32), "checkpoint"
-    else:
-        ds = load_dataset(training_data(meta, args.dataset, args.checkpoint), domain)
-        obs, rewards = labelled_states(ds, domain, model.cfg.reward_samples, args.seed)
-        z, source = infer_z(model, obs, rewards[args.task]), "dataset"
+    z_all, source = task_vectors(model, meta, [args.task], args.checkpoint, args.dataset, args.seed)
+    z = z_all[args.task]
     demos = generate_demos(
         model,
         domain,
@@ -277,7 +255,8 @@ def _cmd_demos(args: argparse.Namespace) -> None:
         progress=True,
         action_noise=args.action_noise,
     )
-    demos.meta.update(checkpoint=str(args.checkpoint), z_source=source)
+    z_source = "checkpoint" if source.startswith("stored") else "dataset"
+    demos.meta.update(checkpoint=str(args.checkpoint), z_source=z_source)
     path = save_demos(args.out, demos)
     m, h = mean_ci(demos.returns)
     print(
@@ -287,9 +266,10 @@ def _cmd_demos(args: argparse.Namespace) -> None:
 
 
 def _cmd_infer(args: argparse.Namespace) -> None:
-    from rbfm.baselines import BASELINES, save_policy, train_baseline
+    from rbfm.baselines import train_baseline, write_policy
     from rbfm.evaluation.sweep import save_z
     from rbfm.inference import infer, load_demos, method_config
+    from rbfm.methods import BASELINE_METHODS
 
     _check_out(args.out)
     demos_all = load_demos(args.demos)
@@ -302,25 +282,22 @@ def _cmd_infer(args: argparse.Namespace) -> None:
         "demos": str(args.demos),
         "num_demos": args.num_demos,
     }
-    if args.method in BASELINES:
+    if args.method in BASELINE_METHODS:
         stem = Path(args.out).with_suffix("")
         resume = stem.with_name(f"{stem.name}.resume.pt")  # long paper runs continue from it
         changes = {k: v for k, v in (("steps", args.steps), ("eps", args.eps)) if v is not None}
         result, config = train_baseline(
             args.method, demos, args.preset, args.seed, changes, progress=True, resume=resume
         )
-        from rbfm.envs import get_domain
-
-        spec = get_domain(demos.domain)
-        save_policy(
+        write_policy(
             stem,
+            args.method,
             result.policy,
+            demos.domain,
             {
                 **common,
                 "preset": args.preset,
                 "config": config,
-                "obs_dim": spec.obs_dim,
-                "action_dim": spec.action_dim,
                 "steps": config["steps"],
                 # this process's share when the run was resumed
                 "seconds": result.seconds,
@@ -380,11 +357,10 @@ def _cmd_infer(args: argparse.Namespace) -> None:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> None:
-    from rbfm.baselines import BASELINES
     from rbfm.envs import TASKS, get_perturbation
     from rbfm.evaluation.sweep import check_z, load_z, sweep, write_csv
     from rbfm.fb.checkpoint import load_checkpoint
-    from rbfm.inference import METHODS
+    from rbfm.methods import NAMES
 
     _check_count("--episodes", args.episodes)
     _check_out(args.out)
@@ -414,10 +390,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
             )
     # Rows in the paper's order (FB-IL, Light, Heavy, then the baselines), whatever the
     # order of the files (shell globs sort them alphabetically).
-    order = [*METHODS, *BASELINES]
-    rank = {m: i for i, m in enumerate(order)}
-    zs.sort(key=lambda e: rank.get(e[0], len(order)))
-    policies.sort(key=lambda e: rank.get(e[0], len(order)))
+    rank = {m: i for i, m in enumerate(NAMES)}
+    zs.sort(key=lambda e: rank.get(e[0], len(NAMES)))
+    policies.sort(key=lambda e: rank.get(e[0], len(NAMES)))
     model, domain = None, str(next(iter(domains)))
     if zs:
         if args.checkpoint is None:
@@ -455,7 +430,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
     )
     print(
         f"{domain}/{args.task}, {args.perturbation or 'nominal'}: mean return +- 95% CI "
-        f"({args.episodes} episodes per task vector)"
+        f"({args.episodes} episodes per task vector; the CI is across a method's task "
+        "vectors when it has several, the 'seeds' column, else across its episodes)"
     )
     print(f"{'method':<12} {'level':>8} {'return':>18} {'seeds':>6} {'unstable':>9}")
     for r in rows:
@@ -497,22 +473,23 @@ def _portable(path: str) -> str:
 
 
 def _cmd_export(args: argparse.Namespace) -> None:
-    import torch
-
-    from rbfm.data import load_dataset
-    from rbfm.fb.checkpoint import export_checkpoint, load_checkpoint, training_data
-    from rbfm.fb.zero_shot import infer_z, labelled_states
+    from rbfm.envs import TASKS
+    from rbfm.fb.checkpoint import export_checkpoint, load_checkpoint
+    from rbfm.fb.zero_shot import task_vectors
 
     model, meta = load_checkpoint(args.checkpoint)
-    task_z = meta.get("task_z")
-    if task_z is None:  # runs made before task vectors were stored: infer them now
-        domain = meta["domain"]
-        ds = load_dataset(training_data(meta, args.dataset, args.checkpoint), domain)
-        obs, rewards = labelled_states(ds, domain, model.cfg.reward_samples, seed=1)
-        with torch.no_grad():
-            task_z = {t: infer_z(model, obs, r).tolist() for t, r in rewards.items()}
+    # The stored z when the run has them (its selection's), else inferred now (seed 1).
+    dataset = None if "task_z" in meta else args.dataset
+    task_z, _ = task_vectors(
+        model, meta, list(TASKS[meta["domain"]]), args.checkpoint, dataset, seed=1
+    )
     stem = export_checkpoint(
-        args.checkpoint, args.out, {"task_z": task_z, "exported_from": _portable(args.checkpoint)}
+        args.checkpoint,
+        args.out,
+        {
+            "task_z": {t: z.tolist() for t, z in task_z.items()},
+            "exported_from": _portable(args.checkpoint),
+        },
     )
     print(f"wrote {stem}.safetensors and {stem}.json")
 
@@ -747,7 +724,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_zero_shot)
 
-    from rbfm.inference import METHODS
+    from rbfm.methods import NAMES
 
     p = _command(
         sub,
@@ -789,7 +766,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--method",
         required=True,
-        choices=[*METHODS, "drbc", "bedroil"],
+        choices=NAMES,
         help="FB task inference (fbil, rbfm-light, rbfm-heavy) or a baseline",
     )
     p.add_argument(

@@ -20,9 +20,9 @@ from pathlib import Path
 import torch
 
 from rbfm import EVAL_SEED
-from rbfm.evaluation.plots import plot_sweep
 from rbfm.evaluation.sweep import SweepRow, sweep, write_csv
 from rbfm.fb.checkpoint import load_checkpoint, read_meta, shipped_model
+from rbfm.plots import plot_sweep
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,32 @@ from rbfm.evaluation.rollout import Policy
 from rbfm.fb.checkpoint import CheckpointError
 
 BASELINES = ("drbc", "bedroil")
+# The policy network each baseline trains and saves: (obs_dim, action_dim, hidden) -> module.
+POLICY_TYPES: dict[str, type[nn.Module]] = {
+    "drbc": drbc.DeterministicPolicy,
+    "bedroil": bedroil.TanhGaussianPolicy,
+}
+
+
+def build_policy(method: str, obs_dim: int, action_dim: int, hidden: tuple[int, ...]) -> nn.Module:
+    """An untrained policy network of `method` (weights are loaded into it)."""
+    if method not in POLICY_TYPES:
+        raise unknown("baseline", method, BASELINES)
+    return POLICY_TYPES[method](obs_dim, action_dim, hidden)
+
+
+def write_policy(
+    stem: Path, method: str, module: nn.Module, domain: str, meta: dict[str, Any]
+) -> Path:
+    """Saves a trained baseline policy with what loading it needs (method, domain,
+    dimensions; `meta` adds its config, seed, demonstrations...)."""
+    from rbfm.envs import get_domain
+
+    spec = get_domain(domain)
+    info = {"method": method, "domain": domain, **meta}
+    return save_policy(
+        stem, module, info | {"obs_dim": spec.obs_dim, "action_dim": spec.action_dim}
+    )
 
 
 def baseline_config(
@@ -80,12 +106,7 @@ def load_policy(path: str | os.PathLike[str]) -> tuple[str, nn.Module, dict[str,
             f"{stem}: a policy for {dims[0]}/{dims[1]}-dim observations/actions, but "
             f"{spec.name}'s are {spec.obs_dim}/{spec.action_dim}"
         )
-    if meta["method"] == "drbc":
-        module: nn.Module = drbc.DeterministicPolicy(*dims, hidden)
-    elif meta["method"] == "bedroil":
-        module = bedroil.TanhGaussianPolicy(*dims, hidden)
-    else:
-        raise unknown("baseline", meta["method"], BASELINES)
+    module = build_policy(str(meta["method"]), *dims, hidden)
     return str(meta["method"]), load_weights(stem, module), meta
 
 
@@ -101,12 +122,15 @@ def as_policy(module: nn.Module) -> Policy:
 
 __all__ = [
     "BASELINES",
+    "POLICY_TYPES",
     "BaselineResult",
     "as_policy",
     "baseline_config",
     "bedroil",
+    "build_policy",
     "drbc",
     "load_policy",
     "save_policy",
     "train_baseline",
+    "write_policy",
 ]

@@ -6,8 +6,8 @@ parameters in the place of the task vector: per batch, l(s) = ||a - a_D||^2 with
 sampled from the policy (reparameterised), c = l + gamma Q(s', a'_D) - Q(s, a_D),
 the critic and tau take a step on RBFM-Heavy's dual (`critic_step`, on the same pure
 function `robust.duals.heavy_critic_loss` as RBFM-Heavy's critic; tau raw, as the
-paper's Table 9 runs it), then the policy minimises E[sg(w*) l], alternating 1:1 (Table 9). Every demonstration state
-counts as an initial state, as for RBFM-Heavy.
+paper's Table 9 runs it), then the policy minimises E[sg(w*) l], alternating 1:1
+(Table 9). Every demonstration state counts as an initial state, as for RBFM-Heavy.
 """
 
 from __future__ import annotations

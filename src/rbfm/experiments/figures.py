@@ -24,8 +24,6 @@ from pathlib import Path
 from typing import TypeVar
 
 import matplotlib
-
-matplotlib.use("Agg")  # files only; no display on our machines
 import numpy as np
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
@@ -34,15 +32,22 @@ from matplotlib.figure import Figure
 from rbfm.envs import families as domain_families
 from rbfm.envs import get_perturbation
 from rbfm.errors import ConfigError
-from rbfm.evaluation.plots import _MARKERS
 from rbfm.evaluation.stats import mean_ci, stratified_iqm
 from rbfm.experiments.table import ResultRow, read_table
+from rbfm.methods import BASELINE_METHODS, NAMES, REGISTRY, display_label
 
-METHODS = ("fbil", "rbfm-light", "rbfm-heavy", "drbc", "bedroil")
+METHODS = NAMES
 """The paper's methods, in the paper's order."""
-BASELINES = ("drbc", "bedroil")
 NOMINAL = "none"
-_COLOURS = dict(zip(METHODS, ("C0", "C1", "C2", "C3", "C4"), strict=True))
+DPI = 200  # PNG resolution; SVG beside every PNG
+# DMC episode returns: 1000 steps of rewards in [0, 1]. Confidence bands are clipped to it
+# (a Student-t interval over few seeds can reach outside), and captions say so.
+RETURN_RANGE = (0.0, 1000.0)
+BAND_CAPTION = (
+    "Line: mean over inference seeds of each seed's mean return. Band: 95% Student-t CI "
+    "across seeds, clipped to the return range [0, 1000]."
+)
+_COLOURS = {m.name: m.colour for m in REGISTRY.values()}
 _LINESTYLES = ("-", "--", ":", "-.")
 _IQM_REPS = 2000
 _T = TypeVar("_T")
@@ -221,7 +226,7 @@ def _styles(rows: Sequence[ResultRow]) -> dict[str, _Style]:
         colours.setdefault(method, f"C{len(colours) % 10}")
         styles[label] = _Style(
             colour=colours[method],
-            marker=_MARKERS.get(method, "o"),
+            marker=REGISTRY[method].marker if method in REGISTRY else "o",
             linestyle=_LINESTYLES[seen[method] % len(_LINESTYLES)],
         )
         seen[method] += 1
@@ -270,7 +275,7 @@ def _draw_panel(
         y = np.array([a.mean for a in mine])
         h = np.array([a.ci95 for a in mine])
         st = styles[label]
-        name = (names or {}).get(label, label)
+        name = (names or {}).get(label, display_label(label))
         if len(x) == 1:
             ax.errorbar(
                 x, y, yerr=h, color=st.colour, marker=st.marker, ls="none", capsize=3, label=name
@@ -279,7 +284,8 @@ def _draw_panel(
             ax.plot(
                 x, y, color=st.colour, marker=st.marker, ls=st.linestyle, ms=4, lw=1.5, label=name
             )
-            ax.fill_between(x, y - h, y + h, color=st.colour, alpha=0.15, lw=0)
+            lo, hi = np.clip(y - h, *RETURN_RANGE), np.clip(y + h, *RETURN_RANGE)
+            ax.fill_between(x, lo, hi, color=st.colour, alpha=0.15, lw=0)
     if nominal_only:
         ax.set_xticks([])
         ax.set_xlim(-0.8, len(labels) - 0.2)
@@ -329,7 +335,7 @@ def save_figure(fig: Figure, out: str | os.PathLike[str]) -> Path:
     png, svg = _outputs(out)
     png.parent.mkdir(parents=True, exist_ok=True)
     with matplotlib.rc_context({"svg.hashsalt": "rbfm"}):
-        fig.savefig(png, metadata={"Software": None})
+        fig.savefig(png, dpi=DPI, metadata={"Software": None})
         fig.savefig(svg, metadata={"Date": None})
     return png
 
@@ -354,7 +360,8 @@ def grid_figure(rows: Sequence[ResultRow], domain: str, dataset: str | None = No
             ax.set_title(f"{task} / {family}", fontsize=9)
             if j == 0:
                 ax.set_ylabel(f"{task}\nreturn", fontsize=8)
-    fig.suptitle(f"{domain} ({dataset}): mean return, 95% CI over seeds", fontsize=10)
+    fig.suptitle(f"{domain} ({dataset}): return under each perturbation", fontsize=10)
+    _caption(fig, BAND_CAPTION)
     _shared_legend(fig, axes.flat)
     return fig
 
@@ -462,7 +469,7 @@ def eps_figure(
         for label, e in eps_of.items()
     }
     colours = matplotlib.colormaps["viridis"](np.linspace(0.0, 0.85, len(labels)))
-    marker = _MARKERS.get(method, "o")
+    marker = REGISTRY[method].marker if method in REGISTRY else "o"
     styles = {
         label: _Style(matplotlib.colors.to_hex(c), marker, "-")
         for label, c in zip(labels, colours, strict=True)
@@ -725,16 +732,24 @@ def _iqm_draw(result: IqmResult, styles: dict[str, _Style]) -> Figure:
         st = styles[e.label]
         ax.barh(i, e.high - e.low, left=e.low, height=0.6, color=st.colour, alpha=0.75)
         ax.vlines(e.iqm, i - 0.3, i + 0.3, color="k", lw=2)
-    ax.set_yticks(range(len(result.estimates)), [e.label for e in result.estimates], fontsize=8)
+    labels = [display_label(e.label) for e in result.estimates]
+    ax.set_yticks(range(len(result.estimates)), labels, fontsize=8)
     ax.invert_yaxis()
     ax.margins(x=0.15)
-    ax.set_xlabel(
-        f"IQM return ({result.scope}; {result.tasks} task-level combinations, "
-        "95% stratified-bootstrap CI)",
-        fontsize=8,
-    )
+    ax.set_xlabel(f"IQM return ({result.scope})", fontsize=8)
+    ax.set_title("Interquartile mean of the returns, per method", fontsize=10)
     ax.grid(alpha=0.3, axis="x")
+    _caption(
+        fig,
+        f"Tick: IQM over {result.tasks} task-level combinations x seeds. Bar: its 95% "
+        "stratified-bootstrap CI (rliable), resampling seeds within each combination.",
+    )
     return fig
+
+
+def _caption(fig: Figure, text: str) -> None:
+    """A caption line under the figure (inside it, so the PNG and SVG carry it)."""
+    fig.text(0.5, 0.0, text, ha="center", va="top", fontsize=7, wrap=True, color="0.25")
 
 
 def iqm_figure(
@@ -805,7 +820,7 @@ def draw_all(
             data = [r for r in mine if r.dataset == ds]
             for family in _families(data, domain):
                 fam_rows = [r for r in data if r.family == family]
-                if any(r.method in BASELINES for r in fam_rows):
+                if any(r.method in BASELINE_METHODS for r in fam_rows):
                     baselines = partial(plot_baselines, rows, domain, family, dataset=ds)
                     per_dataset.append((("baselines", domain, family), 2, ds, baselines))
                 for task in _unique(r.task for r in fam_rows):

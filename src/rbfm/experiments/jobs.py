@@ -170,15 +170,10 @@ class EvalOutput:
 
 
 def _baseline(method: str, meta: dict[str, Any], state: dict[str, np.ndarray]) -> torch.nn.Module:
-    from rbfm.baselines import bedroil, drbc
+    from rbfm.baselines import build_policy
 
     dims = int(meta["obs_dim"]), int(meta["action_dim"])
-    hidden = tuple(meta["config"]["hidden"])
-    module: torch.nn.Module = (
-        drbc.DeterministicPolicy(*dims, hidden)
-        if method == "drbc"
-        else bedroil.TanhGaussianPolicy(*dims, hidden)
-    )
+    module = build_policy(method, *dims, tuple(meta["config"]["hidden"]))
     module.load_state_dict({k: torch.as_tensor(v) for k, v in state.items()})
     return module.eval()
 

@@ -20,15 +20,14 @@ from typing import Any
 from rbfm.envs import DOMAINS, PERTURBATIONS, TASKS, get_perturbation
 from rbfm.errors import ConfigError, RbfmError
 from rbfm.experiments.spec import (
-    _EPS_METHODS,
-    ALL_METHODS,
-    BASELINE_METHODS,
     ExperimentSpec,
     MethodEntry,
     ModelEntry,
     pick_levels,
 )
 from rbfm.fb.checkpoint import read_meta, resolve, shipped_model
+from rbfm.methods import BASELINE_METHODS, ROBUST_FB_METHODS
+from rbfm.methods import NAMES as ALL_METHODS
 
 NOMINAL = "none"
 
@@ -187,7 +186,7 @@ def _variants(entry: MethodEntry, domain: str, where: str) -> list[Variant]:
         raise ConfigError(
             f"{where}.name: unknown method {entry.name!r}; valid: {', '.join(ALL_METHODS)}"
         )
-    if entry.eps and entry.name not in (*_EPS_METHODS, *BASELINE_METHODS):
+    if entry.eps and entry.name not in (*ROBUST_FB_METHODS, *BASELINE_METHODS):
         raise ConfigError(f"{where}.eps: {entry.name} has no robustness radius")
     if "eps" in entry.overrides:
         raise ConfigError(f"{where}.overrides.eps: give the radius as the method's `eps` field")

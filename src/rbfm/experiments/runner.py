@@ -48,6 +48,7 @@ from rbfm.experiments.jobs import (
 from rbfm.experiments.plan import NOMINAL, DemosCell, EvalCell, InferCell, Plan, plan
 from rbfm.experiments.spec import ExperimentSpec
 from rbfm.experiments.table import ResultRow, write_table
+from rbfm.methods import BASELINE_METHODS
 
 # Episodes per evaluation job. Each episode holds its own MuJoCo environment (~10-13 MB):
 # a 400-episode walker job peaked at 5-7 GB per worker, so 2 workers on a 24 GB machine
@@ -160,7 +161,7 @@ class _Progress:
 
 
 def _save_infer(store: Store, cell: InferCell, out: InferOutput) -> None:
-    from rbfm.baselines import bedroil, drbc, save_policy
+    from rbfm.baselines import build_policy, write_policy
     from rbfm.envs import get_domain
     from rbfm.evaluation.sweep import save_z
 
@@ -189,21 +190,14 @@ def _save_infer(store: Store, cell: InferCell, out: InferOutput) -> None:
         assert out.policy is not None
         spec = get_domain(d.model.domain)
         hidden = tuple(cell.variant.config["hidden"])
-        module: torch.nn.Module = (
-            drbc.DeterministicPolicy(spec.obs_dim, spec.action_dim, hidden)
-            if cell.variant.method == "drbc"
-            else bedroil.TanhGaussianPolicy(spec.obs_dim, spec.action_dim, hidden)
-        )
+        module = build_policy(cell.variant.method, spec.obs_dim, spec.action_dim, hidden)
         module.load_state_dict({k: torch.as_tensor(v) for k, v in out.policy.items()})
-        save_policy(
+        write_policy(
             stem,
+            cell.variant.method,
             module,
-            {
-                **common,
-                "preset": cell.variant.preset,
-                "obs_dim": spec.obs_dim,
-                "action_dim": spec.action_dim,
-            },
+            d.model.domain,
+            {**common, "preset": cell.variant.preset},
         )
         policy_file = stem.with_suffix(".json")
     _write_json(
@@ -232,7 +226,7 @@ def _eval_entry(store: Store, cell: EvalCell) -> EvalEntry:
     record = store.read(store.infer_record(inf))
     path = store.root / record["policy"]
     z, pol = None, None
-    if inf.variant.method in ("drbc", "bedroil"):
+    if inf.variant.method in BASELINE_METHODS:
         meta = read_policy_meta(path.with_suffix(""))
         pol = (inf.variant.method, meta, load_file(str(path.with_suffix(".safetensors"))))
     else:

@@ -39,11 +39,7 @@ import numpy as np
 
 from rbfm import EVAL_SEED
 from rbfm.errors import ConfigError
-
-FB_METHODS = ("fbil", "rbfm-light", "rbfm-heavy")
-BASELINE_METHODS = ("drbc", "bedroil")
-ALL_METHODS = (*FB_METHODS, *BASELINE_METHODS)
-_EPS_METHODS = ("rbfm-light", "rbfm-heavy")
+from rbfm.methods import BASELINE_METHODS, FB_METHODS, NAMES
 
 
 @dataclass(frozen=True)
@@ -119,7 +115,7 @@ PRESETS: dict[str, ExperimentSpec] = {
     "slice": ExperimentSpec(
         name="slice",
         models=(ModelEntry("cheetah", tasks=("walk",), families=("joint_friction",)),),
-        methods=_methods(*ALL_METHODS),
+        methods=_methods(*NAMES),
         episodes=20,
     ),
     # The paper's protocol on the shipped cheetah model (docs/imitation.md ran it on the
@@ -128,7 +124,7 @@ PRESETS: dict[str, ExperimentSpec] = {
     "cpu": ExperimentSpec(
         name="cpu",
         models=(ModelEntry("cheetah"),),
-        methods=_methods(*ALL_METHODS, baselines_on=("walk",)),
+        methods=_methods(*NAMES, baselines_on=("walk",)),
         episodes=20,
     ),
     # Issue 19's evidence: the converged default settings against the paper's, one

@@ -5,15 +5,12 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only; no display on our machines
-import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from rbfm.evaluation.sweep import SweepRow
+from rbfm.methods import REGISTRY, display_label
 
 
 def plot_pretraining(run: Path, out: Path) -> Path:
@@ -24,7 +21,8 @@ def plot_pretraining(run: Path, out: Path) -> Path:
         raise ValueError(f"{run / 'eval.csv'} has no evaluations yet")
     steps = [int(r["step"]) for r in rows]
     tasks = [k for k in rows[0] if k not in ("step", "iqm")]
-    fig, ax = plt.subplots(figsize=(6.4, 3.8), dpi=110)
+    fig = Figure(figsize=(6.4, 3.8), dpi=110)
+    ax = fig.subplots()
     ax.plot(steps, [float(r["iqm"]) for r in rows], "k-o", lw=2, ms=3, label="IQM (all tasks)")
     for task in tasks:
         ax.plot(steps, [float(r[task]) for r in rows], lw=1, alpha=0.8, label=task)
@@ -49,32 +47,49 @@ def plot_sweeps(
     panels: list[tuple[list[SweepRow], str, str]], out: Path, suptitle: str | None = None
 ) -> Path:
     """One panel per (rows, title, x label) sweep, side by side, sharing the legend."""
-    fig, axes = plt.subplots(
-        1, len(panels), figsize=(0.4 + 5.2 * len(panels), 3.8), dpi=110, squeeze=False
-    )
+    fig = Figure(figsize=(0.4 + 5.2 * len(panels), 3.8), dpi=110)
+    axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, (rows, title, xlabel) in zip(axes[0], panels, strict=True):
         for method in dict.fromkeys(r.method for r in rows):
             mine = [r for r in rows if r.method == method]
             x = np.array([np.nan if r.level is None else r.level for r in mine], float)
             y = np.array([r.mean for r in mine])
             h = np.array([r.ci95 for r in mine])
-            ax.plot(x, y, marker=_MARKERS.get(method, "o"), label=method)
-            ax.fill_between(x, y - h, y + h, alpha=0.15)
+            style = REGISTRY.get(method)
+            ax.plot(
+                x,
+                y,
+                marker=style.marker if style else "o",
+                color=style.colour if style else None,
+                label=display_label(method),
+            )
+            lo, hi = np.clip(y - h, 0.0, 1000.0), np.clip(y + h, 0.0, 1000.0)
+            ax.fill_between(x, lo, hi, color=style.colour if style else None, alpha=0.15, lw=0)
         ax.set_xlabel(xlabel)
         ax.set_title(title, fontsize=10)
         ax.grid(alpha=0.3)
     axes[0, 0].set_ylabel("return")
+    seeds = max(r.seeds for rows, _, _ in panels for r in rows)
+    episodes = max(r.episodes for rows, _, _ in panels for r in rows)
+    over = (
+        f"mean over {seeds} task vectors (seeds) of each one's mean return over {episodes} "
+        "episodes; band: 95% Student-t CI across seeds"
+        if seeds > 1
+        else f"mean return over {episodes} episodes; band: 95% Student-t CI across episodes"
+    )
+    caption = f"Line: {over}, clipped to [0, 1000]."
     axes[0, 0].legend(fontsize=8)
     if suptitle:
         fig.suptitle(suptitle, fontsize=10)
-    return _save(fig, axes[0, 0], out)
+    return _save(fig, axes[0, 0], out, caption)
 
 
 def plot_nominal(groups: list[tuple[str, list[SweepRow]]], title: str, out: Path) -> Path:
     """Grouped bars of nominal return (95% CI whiskers): one group per task, a bar per method."""
     methods = list(dict.fromkeys(r.method for _, rows in groups for r in rows))
     width = 0.8 / len(methods)
-    fig, ax = plt.subplots(figsize=(1.2 + 1.6 * len(groups), 3.8), dpi=110)
+    fig = Figure(figsize=(1.2 + 1.6 * len(groups), 3.8), dpi=110)
+    ax = fig.subplots()
     for j, method in enumerate(methods):
         label: str | None = method  # once per method: baselines may miss some groups
         for i, (_, rows) in enumerate(groups):
@@ -91,13 +106,13 @@ def plot_nominal(groups: list[tuple[str, list[SweepRow]]], title: str, out: Path
     return _save(fig, ax, out)
 
 
-def _save(fig: Figure, ax: Axes, out: Path) -> Path:
+def _save(fig: Figure, ax: Axes, out: Path, caption: str | None = None) -> Path:
+    """PNG at 200 dpi and an SVG beside it, with an optional caption line at the bottom."""
     ax.grid(alpha=0.3, axis="y" if ax.patches else "both")
-    fig.tight_layout()
+    if caption:
+        fig.text(0.5, 0.01, caption, ha="center", va="bottom", fontsize=7, color="0.25")
+    fig.tight_layout(rect=(0, 0.05 if caption else 0, 1, 1))
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
+    fig.savefig(out, dpi=200)
+    fig.savefig(out.with_suffix(".svg"), metadata={"Date": None})
     return out
-
-
-_MARKERS = {"fbil": "^", "rbfm-light": "s", "rbfm-heavy": "o", "drbc": "D", "bedroil": "x"}

@@ -1,0 +1,87 @@
+"""The one registry of task-inference methods: the FB methods and the baselines.
+
+Each entry says what a method is called (its id in files and its display name), how it
+looks in every figure, what it produces (a task vector of an FB model, or a policy
+network), its config class and named presets, and how it runs. The command line, the
+experiment specs and runner, the figures and the docs read this table; adding a method
+means adding its module and one entry here (tests/test_methods.py checks that every
+consumer agrees with it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rbfm import baselines, inference
+from rbfm.errors import unknown
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str  # the id in files, specs and results tables
+    display: str  # the name a reader sees
+    kind: str  # "fb": a task vector of an FB model; "baseline": a policy network
+    config: type  # the config dataclass
+    presets: tuple[str, ...]  # named settings (FB methods) or presets (baselines)
+    robust: bool  # has a robustness radius eps
+    colour: str
+    marker: str
+    # FB methods: (model, demos, config, seed, progress) -> InferenceResult; baselines:
+    # (method, demos, preset, seed, overrides, progress, resume) -> (result, config).
+    run: Callable[..., Any]
+
+    @property
+    def is_fb(self) -> bool:
+        return self.kind == "fb"
+
+
+def _fb(name: str, display: str, robust: bool, colour: str, marker: str) -> Method:
+    run, config = inference.METHODS[name]
+    presets = tuple(inference.SETTINGS)
+    return Method(name, display, "fb", config, presets, robust, colour, marker, run)
+
+
+def _baseline(name: str, display: str, config: type, colour: str, marker: str) -> Method:
+    presets = ("paper", "cpu")
+    return Method(
+        name, display, "baseline", config, presets, True, colour, marker, baselines.train_baseline
+    )
+
+
+# The paper's order, which every table and legend keeps.
+REGISTRY: dict[str, Method] = {
+    m.name: m
+    for m in (
+        _fb("fbil", "FB-IL", False, "C0", "^"),
+        _fb("rbfm-light", "RBFM-Light", True, "C1", "s"),
+        _fb("rbfm-heavy", "RBFM-Heavy", True, "C2", "o"),
+        _baseline("drbc", "DRBC", baselines.drbc.DRBCConfig, "C3", "D"),
+        _baseline("bedroil", "BE-DROIL", baselines.bedroil.BEDROILConfig, "C4", "X"),
+    )
+}
+NAMES = tuple(REGISTRY)
+FB_METHODS = tuple(n for n, m in REGISTRY.items() if m.is_fb)
+BASELINE_METHODS = tuple(n for n, m in REGISTRY.items() if not m.is_fb)
+ROBUST_FB_METHODS = tuple(n for n in FB_METHODS if REGISTRY[n].robust)
+
+
+def get_method(name: str) -> Method:
+    if name not in REGISTRY:
+        raise unknown("method", name, REGISTRY)
+    return REGISTRY[name]
+
+
+def display_name(method: str) -> str:
+    """The display name of a method id (unknown ids, e.g. a variant label, unchanged)."""
+    return REGISTRY[method].display if method in REGISTRY else method
+
+
+def display_label(label: str) -> str:
+    """A results label (`rbfm-heavy`, `rbfm-heavy/paper`, `rbfm-light eps=0.4`) with its
+    method id replaced by the display name: `RBFM-Heavy/paper`."""
+    for name in sorted(REGISTRY, key=len, reverse=True):
+        if label == name or label.startswith((f"{name}/", f"{name} ", f"{name}@", f"{name}(")):
+            return REGISTRY[name].display + label[len(name) :]
+    return label

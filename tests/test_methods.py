@@ -1,0 +1,58 @@
+"""The registry of methods is the one place a method is declared: every consumer (the
+inference and baseline packages, the command line, experiment specs, figures) agrees
+with it, so adding a method touches its module and one registry entry."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from rbfm import baselines, inference
+from rbfm.cli import build_parser
+from rbfm.errors import ConfigError
+from rbfm.experiments import figures
+from rbfm.methods import (
+    BASELINE_METHODS,
+    FB_METHODS,
+    NAMES,
+    REGISTRY,
+    display_label,
+    get_method,
+)
+
+
+def _choices(command: str, option: str) -> tuple[str, ...]:
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    action = next(a for a in sub.choices[command]._actions if option in a.option_strings)
+    return tuple(action.choices)
+
+
+def test_every_consumer_reads_the_registry() -> None:
+    assert tuple(inference.METHODS) == FB_METHODS
+    assert BASELINE_METHODS == baselines.BASELINES == tuple(baselines.POLICY_TYPES)
+    assert _choices("infer", "--method") == NAMES
+    assert figures.METHODS == NAMES
+    for name, m in REGISTRY.items():
+        assert m.config in {inference.METHODS.get(name, (None, None))[1], *_baseline_configs()}
+        assert set(m.presets) >= {"paper"}
+        assert figures._COLOURS[name] == m.colour
+
+
+def _baseline_configs() -> set[type]:
+    return {baselines.drbc.DRBCConfig, baselines.bedroil.BEDROILConfig}
+
+
+def test_display_names_and_labels() -> None:
+    assert [REGISTRY[n].display for n in NAMES] == [
+        "FB-IL",
+        "RBFM-Light",
+        "RBFM-Heavy",
+        "DRBC",
+        "BE-DROIL",
+    ]
+    assert display_label("rbfm-heavy/paper") == "RBFM-Heavy/paper"
+    assert display_label("rbfm-light eps=0.4") == "RBFM-Light eps=0.4"
+    assert display_label("fbil") == "FB-IL" and display_label("other") == "other"
+    with pytest.raises(ConfigError, match="valid choices: fbil, rbfm-light"):
+        get_method("gail")
