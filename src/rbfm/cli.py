@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -449,6 +450,50 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
         print(f"wrote {args.out}")
 
 
+def _cmd_render(args: argparse.Namespace) -> None:
+    from rbfm.envs import TASKS, get_perturbation
+    from rbfm.evaluation import fb_policy
+    from rbfm.evaluation.render import render_episodes, write_gif
+    from rbfm.evaluation.sweep import check_z, load_z
+    from rbfm.fb.checkpoint import load_checkpoint
+    from rbfm.fb.zero_shot import task_vectors
+    from rbfm.methods import display_label
+
+    _check_count("--steps", args.steps)
+    _check_out(args.out)
+    model, meta = load_checkpoint(args.checkpoint, device=args.device)
+    domain = meta["domain"]
+    if args.task not in TASKS[domain]:
+        raise ConfigError(
+            f"--task: unknown {domain} task {args.task!r}; valid: {', '.join(TASKS[domain])}"
+        )
+    if args.perturbation is not None:
+        pert = get_perturbation(domain, args.perturbation)
+        if args.level is None:
+            args.level = pert.extreme
+    policies = []
+    for path in args.z or []:
+        z, info = load_z(path)
+        check_z(path, z, info, meta)
+        policies.append((display_label(str(info.get("method", Path(path).stem))), z))
+    if not policies:  # the model's own reward-inferred policy for the task
+        z_all, _ = task_vectors(model, meta, [args.task], args.checkpoint, None, args.seed)
+        policies.append(("zero-shot", z_all[args.task]))
+    frames, fps = render_episodes(
+        [(name, fb_policy(model, z)) for name, z in policies],
+        domain,
+        args.task,
+        args.perturbation,
+        args.level,
+        args.seed,
+        args.steps,
+        args.every,
+    )
+    path = write_gif(frames, args.out, fps)
+    dynamics = "nominal" if args.perturbation is None else f"{args.perturbation}={args.level:g}"
+    print(f"wrote {path}: {len(frames)} frames of {domain}/{args.task}, {dynamics}")
+
+
 def _cmd_quickstart(args: argparse.Namespace) -> None:
     from rbfm.quickstart import QuickstartConfig, quickstart, reading
 
@@ -887,6 +932,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _command(
         sub,
+        "render",
+        help="a GIF of policies side by side on a task, at a perturbation level (offscreen "
+        "MuJoCo: EGL, or OSMesa with MUJOCO_GL=osmesa)",
+    )
+    p.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
+    p.add_argument("--task", required=True, help="task whose reward the labels sum")
+    p.add_argument(
+        "--z",
+        nargs="+",
+        default=None,
+        help="task-vector files from `rbfm infer`, one panel each (default: the model's "
+        "reward-inferred policy for --task)",
+    )
+    p.add_argument("--perturbation", default=None, help="family (default: nominal dynamics)")
+    p.add_argument("--level", type=float, default=None, help="default: the family's extreme")
+    p.add_argument("--steps", type=int, default=500, help="control steps rendered")
+    p.add_argument("--every", type=int, default=4, help="a frame every N control steps")
+    p.add_argument("--seed", type=int, default=EVAL_SEED, help="the episode's initial state")
+    p.add_argument("--device", default=None, help=DEVICE_HELP)
+    p.add_argument("--out", required=True, help="GIF file to write")
+    p.set_defaults(func=_cmd_render)
+
+    p = _command(
+        sub,
         "export",
         help="copy a checkpoint (e.g. a run's best) to a new "
         "place, with each task's reward-inferred z in its description",
@@ -917,6 +986,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    import rbfm
+
+    given = sys.argv[1:] if argv is None else list(argv)
+    if given[:1] == ["render"] and rbfm.GL_DEFAULTED:
+        # Before dm_control is first imported (below): it fixes its backend then.
+        os.environ["MUJOCO_GL"] = "egl"
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:  # bare `rbfm`: the commands and what each does

@@ -1,0 +1,55 @@
+"""`rbfm render`: GIFs of policies side by side, offscreen."""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import imageio.v2 as imageio
+import pytest
+import torch
+
+from rbfm.errors import ConfigError
+from rbfm.evaluation.render import render_episodes
+
+
+def test_refuses_without_an_offscreen_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MUJOCO_GL", "disable")  # rbfm's default in library use
+    with pytest.raises(ConfigError, match="set MUJOCO_GL=egl"):
+        render_episodes([], "cheetah", "run")
+
+
+@pytest.mark.skipif(
+    ctypes.util.find_library("EGL") is None,
+    reason="no EGL library on this machine (libegl1 and libgl1-mesa-dri; README)",
+)
+def test_render_writes_a_gif_of_two_policies_side_by_side(tmp_path: Path) -> None:
+    """In a fresh process, as a user runs it: dm_control fixes its OpenGL backend when
+    first imported, which the test process has already done with rendering disabled."""
+    from rbfm.evaluation.sweep import save_z
+    from rbfm.fb.checkpoint import read_meta
+
+    z = torch.tensor(read_meta("cheetah")["task_z"]["run"])
+    zs = []
+    for name in ("fbil", "rbfm-heavy"):
+        zs.append(
+            str(
+                save_z(
+                    tmp_path / f"{name}.json",
+                    z,
+                    {"method": name, "domain": "cheetah", "task": "run"},
+                )
+            )
+        )
+    out = tmp_path / "run.gif"
+    env = {k: v for k, v in os.environ.items() if k != "MUJOCO_GL"}
+    args = ["render", "--checkpoint", "cheetah", "--task", "run", "--steps", "8", "--every", "4"]
+    cmd = [sys.executable, "-m", "rbfm.cli", *args, "--z", *zs, "--out", str(out)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    frames = imageio.mimread(out)
+    assert len(frames) == 2 and frames[0].shape[:2] == (240, 640)  # two panels of 320
+    assert "2 frames of cheetah/run, nominal" in done.stdout
