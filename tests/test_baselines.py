@@ -13,8 +13,8 @@ from scipy.optimize import linprog
 from rbfm.baselines import bedroil, drbc, load_weights, read_policy_meta, save_policy
 from rbfm.errors import ConfigError, DatasetError
 from rbfm.fb.checkpoint import CheckpointError
-from rbfm.inference import Demos, get_divergence, rbfm_heavy, rbfm_light
-from rbfm.robust import duals
+from rbfm.inference import Demos, rbfm_heavy, rbfm_light
+from rbfm.robust import duals, get_divergence
 
 
 def _linear_expert_demos(episodes: int = 4, steps: int = 200) -> tuple[Demos, np.ndarray]:

@@ -17,7 +17,9 @@ import pytest
 import torch
 from scipy.optimize import linprog, minimize_scalar
 
-from rbfm.inference import (
+from rbfm.inference import method_config
+from rbfm.inference.rbfm_heavy import fit_critic
+from rbfm.robust import (
     DIVERGENCES,
     get_divergence,
     heavy_critic_loss,
@@ -25,9 +27,7 @@ from rbfm.inference import (
     heavy_residual,
     light_dual,
     light_objective,
-    method_config,
 )
-from rbfm.inference.rbfm_heavy import fit_critic
 
 # ------------------------------------------------------------------ RBFM-Light
 

@@ -18,7 +18,6 @@ from rbfm.inference import (
     Demos,
     generate_demos,
     infer,
-    light_objective,
     load_demos,
     method_config,
     save_demos,
@@ -26,6 +25,7 @@ from rbfm.inference import (
 )
 from rbfm.inference.common import full_losses, prepare
 from rbfm.inference.rbfm_heavy import heavy_value
+from rbfm.robust import light_objective
 
 
 @pytest.fixture(scope="module")

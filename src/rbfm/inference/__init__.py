@@ -1,4 +1,5 @@
-"""Task inference from demonstrations: FB-IL, RBFM-Light, RBFM-Heavy and their duals.
+"""Task inference from demonstrations: FB-IL, RBFM-Light, RBFM-Heavy (their duals:
+`rbfm.robust`).
 
 Every method has the same interface, `infer(model, demos, config, seed) -> result`,
 and is registered in METHODS with its config class. Two named settings choose the
@@ -15,15 +16,6 @@ from rbfm.fb.model import FBModel
 from rbfm.inference import fbil, rbfm_heavy, rbfm_light
 from rbfm.inference.common import InferenceResult
 from rbfm.inference.demos import generate_demos, warm_start
-from rbfm.robust.divergences import DIVERGENCES, Divergence, get_divergence
-from rbfm.robust.duals import (
-    heavy_critic_loss,
-    heavy_policy_loss,
-    heavy_residual,
-    light_dual,
-    light_objective,
-    light_worst_case,
-)
 
 METHODS: dict[str, tuple[Callable[..., InferenceResult], type]] = {
     "fbil": (fbil.infer, fbil.FBILConfig),
@@ -66,21 +58,12 @@ def infer(
 
 
 __all__ = [
-    "DIVERGENCES",
     "METHODS",
     "SETTINGS",
     "Demos",
-    "Divergence",
     "InferenceResult",
     "generate_demos",
-    "get_divergence",
-    "heavy_critic_loss",
-    "heavy_policy_loss",
-    "heavy_residual",
     "infer",
-    "light_dual",
-    "light_objective",
-    "light_worst_case",
     "load_demos",
     "method_config",
     "save_demos",
