@@ -95,8 +95,8 @@ def test_first_hour_mistakes_are_clean_errors(
 ) -> None:
     """What a new user typed in the first hour, each refused with a message that says
     what would work, before any work starts."""
-    from rbfm.evaluation.sweep import save_z
     from rbfm.fb.checkpoint import read_meta
+    from rbfm.policy_files import save_z
 
     demos = ["demos", "--checkpoint", "cheetah", "--task", "run", "--out", str(tmp_path / "d")]
     assert main([*demos, "--episodes", "0"]) == 2

@@ -21,7 +21,7 @@ LAYERS: list[set[str]] = [
     {"exploration", "fb", "robust"},
     {"evaluation"},
     {"inference", "baselines"},
-    {"methods"},
+    {"methods", "policy_files"},
     {"training", "experiments", "plots"},
     {"quickstart"},
     {"cli"},

@@ -29,8 +29,8 @@ def test_refuses_without_an_offscreen_backend(monkeypatch: pytest.MonkeyPatch) -
 def test_render_writes_a_gif_of_two_policies_side_by_side(tmp_path: Path) -> None:
     """In a fresh process, as a user runs it: dm_control fixes its OpenGL backend when
     first imported, which the test process has already done with rendering disabled."""
-    from rbfm.evaluation.sweep import save_z
     from rbfm.fb.checkpoint import read_meta
+    from rbfm.policy_files import save_z
 
     z = torch.tensor(read_meta("cheetah")["task_z"]["run"])
     zs = []

@@ -37,14 +37,6 @@ def _check_out(path: str | None) -> None:
         raise ConfigError(f"--out: the folder of {path} does not exist")
 
 
-def _file_format(path: str) -> str | None:
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: not a task-vector or policy file ({e})") from e
-    return data.get("format") if isinstance(data, dict) else None
-
-
 def _cmd_collect(args: argparse.Namespace) -> None:
     from rbfm.exploration import CollectConfig, collect
 
@@ -268,9 +260,9 @@ def _cmd_demos(args: argparse.Namespace) -> None:
 
 def _cmd_infer(args: argparse.Namespace) -> None:
     from rbfm.baselines import train_baseline, write_policy
-    from rbfm.evaluation.sweep import save_z
     from rbfm.inference import infer, load_demos, method_config
     from rbfm.methods import BASELINE_METHODS
+    from rbfm.policy_files import save_z
 
     _check_out(args.out)
     demos_all = load_demos(args.demos)
@@ -359,9 +351,10 @@ def _cmd_infer(args: argparse.Namespace) -> None:
 
 def _cmd_evaluate(args: argparse.Namespace) -> None:
     from rbfm.envs import TASKS, get_perturbation
-    from rbfm.evaluation.sweep import check_z, load_z, sweep, write_csv
+    from rbfm.evaluation.sweep import sweep, write_csv
     from rbfm.fb.checkpoint import load_checkpoint
     from rbfm.methods import NAMES
+    from rbfm.policy_files import check_z, load_any
 
     _check_count("--episodes", args.episodes)
     _check_out(args.out)
@@ -372,16 +365,16 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
         meta = read_meta(args.checkpoint)
     zs, policies, domains = [], [], set()
     for path in args.z:
-        if _file_format(path) == "rbfm-policy":
-            from rbfm.baselines import as_policy, load_policy
+        method, z, module, info = load_any(path)
+        if module is not None:
+            from rbfm.baselines import as_policy
 
-            method, module, info = load_policy(path)
             policies.append((method, as_policy(module)))
         else:
-            z, info = load_z(path)
+            assert z is not None
             if meta is not None:
                 check_z(path, z, info, meta)
-            zs.append((str(info.get("method", Path(path).stem)), z))
+            zs.append((method, z))
         domains.add(info.get("domain"))
         made_for = info.get("task")
         if made_for not in (None, args.task) and not args.cross_task:
@@ -454,10 +447,10 @@ def _cmd_render(args: argparse.Namespace) -> None:
     from rbfm.envs import TASKS, get_perturbation
     from rbfm.evaluation import fb_policy
     from rbfm.evaluation.render import render_episodes, write_gif
-    from rbfm.evaluation.sweep import check_z, load_z
     from rbfm.fb.checkpoint import load_checkpoint
     from rbfm.fb.zero_shot import task_vectors
     from rbfm.methods import display_label
+    from rbfm.policy_files import check_z, load_z
 
     _check_count("--steps", args.steps)
     _check_out(args.out)

@@ -7,59 +7,19 @@ the same lockstep batch; all task vectors share one batched actor call per step.
 from __future__ import annotations
 
 import csv
-import json
 import os
 from collections import defaultdict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from rbfm.atomic import atomic_write
 from rbfm.errors import ConfigError
 from rbfm.evaluation.fb_policy import fb_policy
 from rbfm.evaluation.rollout import EnvSpec, Policy, RolloutEngine
 from rbfm.evaluation.stats import mean_ci
 from rbfm.fb.model import FBModel
-
-
-def save_z(path: str | os.PathLike[str], z: torch.Tensor, meta: dict[str, Any]) -> Path:
-    path = Path(path)
-    text = json.dumps({"z": z.detach().cpu().tolist(), **meta}, indent=2)
-    atomic_write(path, lambda tmp: tmp.write_text(text))
-    return path
-
-
-def load_z(path: str | os.PathLike[str]) -> tuple[torch.Tensor, dict[str, Any]]:
-    try:
-        data = json.loads(Path(path).read_text())
-        z = torch.tensor(data.pop("z"), dtype=torch.float32)
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"{path}: not a task-vector file written by `rbfm infer` ({e})") from e
-    if z.ndim != 1 or not torch.isfinite(z).all():
-        raise ConfigError(f"{path}: the task vector must be a finite 1-d list of numbers")
-    return z, data
-
-
-def check_z(
-    path: str | os.PathLike[str], z: torch.Tensor, info: dict[str, Any], meta: dict[str, Any]
-) -> None:
-    """Refuses a task vector that does not belong to the model described by `meta`."""
-    dim = int(meta["config"]["z_dim"])
-    if len(z) != dim:
-        raise ConfigError(f"{path}: a {len(z)}-dim task vector, but the model's z has {dim}")
-    if info.get("domain") not in (None, meta["domain"]):
-        raise ConfigError(
-            f"{path}: a {info['domain']} task vector, but the model is a {meta['domain']} model"
-        )
-    sha = info.get("model_sha256")
-    if sha is not None and sha != meta["sha256"]:
-        raise ConfigError(
-            f"{path}: inferred with another model (weights {sha[:12]}...), not this checkpoint "
-            f"({meta['sha256'][:12]}...)"
-        )
 
 
 @dataclass(frozen=True)

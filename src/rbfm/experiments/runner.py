@@ -163,7 +163,7 @@ class _Progress:
 def _save_infer(store: Store, cell: InferCell, out: InferOutput) -> None:
     from rbfm.baselines import build_policy, write_policy
     from rbfm.envs import get_domain
-    from rbfm.evaluation.sweep import save_z
+    from rbfm.policy_files import save_z
 
     stem = store.policy(cell)
     stem.parent.mkdir(parents=True, exist_ok=True)
