@@ -454,6 +454,12 @@ def _cmd_render(args: argparse.Namespace) -> None:
 
     _check_count("--steps", args.steps)
     _check_out(args.out)
+    try:
+        height, width = (int(v) for v in args.size.lower().split("x"))
+    except ValueError:
+        height = width = 0
+    if not (16 <= height <= 2048 and 16 <= width <= 2048):
+        raise ConfigError(f"--size: {args.size!r} is not HEIGHTxWIDTH in 16..2048 pixels")
     model, meta = load_checkpoint(args.checkpoint, device=args.device)
     domain = meta["domain"]
     if args.task not in TASKS[domain]:
@@ -481,6 +487,7 @@ def _cmd_render(args: argparse.Namespace) -> None:
         args.seed,
         args.steps,
         args.every,
+        (height, width),
     )
     path = write_gif(frames, args.out, fps)
     dynamics = "nominal" if args.perturbation is None else f"{args.perturbation}={args.level:g}"
@@ -942,6 +949,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--level", type=float, default=None, help="default: the family's extreme")
     p.add_argument("--steps", type=int, default=500, help="control steps rendered")
     p.add_argument("--every", type=int, default=4, help="a frame every N control steps")
+    p.add_argument("--size", default="240x320", help="HEIGHTxWIDTH of each panel, in pixels")
     p.add_argument("--seed", type=int, default=EVAL_SEED, help="the episode's initial state")
     p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--out", required=True, help="GIF file to write")
