@@ -14,19 +14,15 @@ from scipy import stats
 from rbfm.errors import ConfigError
 from rbfm.experiments import figures
 from rbfm.experiments.figures import (
-    aggregate,
     baselines_figure,
     datasets_figure,
     draw_all,
     eps_figure,
-    format_seconds,
     grid_figure,
-    iqm_scores,
-    iqm_summary,
     plot_grid,
-    returns_table,
-    timing_table,
 )
+from rbfm.experiments.report import format_seconds, iqm_summary, returns_table, timing_table
+from rbfm.experiments.stats import aggregate, iqm_estimates, iqm_scores
 from rbfm.experiments.table import ResultRow, write_table
 
 LEVELS = {"body_mass": (0.0, 50.0, 100.0), "joint_friction": (0.0, 30.0)}
@@ -364,7 +360,7 @@ def test_iqm_intervals_match_rliable_called_directly(rows: list[ResultRow]) -> N
     from rliable import metrics
 
     rnd = [r for r in rows if r.dataset == "rnd"]
-    result = figures.iqm_estimates(rnd, family="body_mass", reps=100, seed=3)
+    result = iqm_estimates(rnd, family="body_mass", reps=100, seed=3)
     scores, _ = iqm_scores(rnd, family="body_mass")
     np.random.seed(3)
     points, intervals = rly.get_interval_estimates(

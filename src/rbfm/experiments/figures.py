@@ -1,9 +1,11 @@
-"""Figures and markdown tables, like the paper's, drawn from an experiment's results table.
+"""Figures like the paper's, drawn from an experiment's results table, and the files of a
+run's figures (`draw_all`). The statistics are `stats.py`'s, the markdown `report.py`'s.
 
 Every figure aggregates the table the paper's way: per (domain, dataset, task, label, family,
 level), the mean over inference seeds of the per-seed mean returns, with a 95% Student-t
-confidence interval across seeds. Methods keep the paper's order, colours and markers
-everywhere (fbil, rbfm-light, rbfm-heavy, drbc, bedroil); variants of one method share its
+confidence interval across seeds (bands clipped to the return range, and captioned).
+Methods keep the paper's order, display names, colours and markers everywhere
+(`rbfm.methods`); variants of one method share its
 colour and marker and differ by line style.
 
 Each `*_figure` function builds and returns a matplotlib Figure (for inspection); the matching
@@ -12,7 +14,6 @@ Each `*_figure` function builds and returns a matplotlib Figure (for inspection)
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import shutil
@@ -21,7 +22,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
 
 import matplotlib
 import numpy as np
@@ -29,16 +29,30 @@ from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from rbfm.envs import families as domain_families
 from rbfm.envs import get_perturbation
 from rbfm.errors import ConfigError
-from rbfm.evaluation.stats import mean_ci, stratified_iqm
+from rbfm.experiments.report import iqm_markdown, returns_table, timing_table
+from rbfm.experiments.stats import (
+    IQM_REPS,
+    NOMINAL,
+    Aggregate,
+    IqmResult,
+    aggregate,
+    iqm_estimates,
+    label_key,
+    level_key,
+    nonempty,
+    ordered_families,
+    ordered_labels,
+    require,
+    select,
+    unique,
+)
 from rbfm.experiments.table import ResultRow, read_table
 from rbfm.methods import BASELINE_METHODS, NAMES, REGISTRY, display_label
 
 METHODS = NAMES
 """The paper's methods, in the paper's order."""
-NOMINAL = "none"
 DPI = 200  # PNG resolution; SVG beside every PNG
 # DMC episode returns: 1000 steps of rewards in [0, 1]. Confidence bands are clipped to it
 # (a Student-t interval over few seeds can reach outside), and captions say so.
@@ -49,26 +63,6 @@ BAND_CAPTION = (
 )
 _COLOURS = {m.name: m.colour for m in REGISTRY.values()}
 _LINESTYLES = ("-", "--", ":", "-.")
-_IQM_REPS = 2000
-_T = TypeVar("_T")
-
-
-@dataclass(frozen=True)
-class Aggregate:
-    """One point of a figure: a label's return at one level, over inference seeds."""
-
-    domain: str
-    dataset: str
-    task: str
-    label: str
-    method: str
-    family: str
-    level: float | None
-    mean: float  # mean over seeds of the per-seed mean returns
-    ci95: float  # half-width of the 95% Student-t CI across seeds (0 for one seed)
-    seeds: int
-    episodes: int  # evaluation episodes, summed over seeds
-    unstable: int  # episodes ended by a physics failure, summed over seeds
 
 
 @dataclass(frozen=True)
@@ -76,139 +70,6 @@ class _Style:
     colour: str
     marker: str
     linestyle: str
-
-
-# ---------------------------------------------------------------------------------------------
-# Ordering, validation and aggregation
-
-
-def _method_rank(method: str) -> int:
-    return METHODS.index(method) if method in METHODS else len(METHODS)
-
-
-def _label_key(row: ResultRow) -> tuple[int, str, float, str]:
-    eps = -math.inf if row.eps is None else row.eps
-    return (_method_rank(row.method), row.method, eps, row.variant)
-
-
-def _labels(rows: Iterable[ResultRow]) -> list[str]:
-    """The labels present, in the paper's order (method, then eps, then variant)."""
-    first: dict[str, ResultRow] = {}
-    for r in rows:
-        first.setdefault(r.label, r)
-    return sorted(first, key=lambda label: _label_key(first[label]))
-
-
-def _family_key(domain: str, family: str) -> tuple[int, int, str]:
-    if family == NOMINAL:
-        return (0, 0, family)
-    try:
-        known = domain_families(domain)
-    except ConfigError:
-        known = ()
-    return (1, known.index(family) if family in known else len(known), family)
-
-
-def _families(rows: Iterable[ResultRow], domain: str) -> list[str]:
-    """The families present: nominal first, then the registry's order."""
-    return sorted({r.family for r in rows}, key=lambda f: _family_key(domain, f))
-
-
-def _unique(values: Iterable[_T]) -> list[_T]:
-    """Distinct values in order of first appearance."""
-    return list(dict.fromkeys(values))
-
-
-def _level_key(level: float | None) -> float:
-    return -math.inf if level is None else level
-
-
-def _require(rows: Sequence[ResultRow], field: str, value: str, context: str = "") -> None:
-    present = _unique(str(getattr(r, field)) for r in rows)
-    if value not in present:
-        where = f" {context}" if context else ""
-        raise ConfigError(
-            f"no results for {field} {value!r}{where}; present: {', '.join(present) or 'none'}"
-        )
-
-
-def _nonempty(rows: Sequence[ResultRow]) -> None:
-    if not rows:
-        raise ConfigError("no result rows to draw or tabulate")
-
-
-def _select(
-    rows: Sequence[ResultRow],
-    domain: str,
-    dataset: str | None = None,
-    task: str | None = None,
-    family: str | None = None,
-) -> tuple[list[ResultRow], str]:
-    """The rows of one domain (and one dataset: the first found unless given), validated."""
-    _nonempty(rows)
-    _require(rows, "domain", domain)
-    mine = [r for r in rows if r.domain == domain]
-    if dataset is None:
-        dataset = mine[0].dataset
-    _require(mine, "dataset", dataset, f"in domain {domain!r}")
-    mine = [r for r in mine if r.dataset == dataset]
-    if task is not None:
-        _require(mine, "task", task, f"in {domain}/{dataset}")
-        mine = [r for r in mine if r.task == task]
-    if family is not None:
-        _require(mine, "family", family, f"in {domain}/{dataset}" + (f"/{task}" if task else ""))
-        mine = [r for r in mine if r.family == family]
-    return mine, dataset
-
-
-def aggregate(rows: Sequence[ResultRow]) -> list[Aggregate]:
-    """Mean over seeds of the per-seed mean returns (95% t CI), per (domain, dataset, task,
-    label, family, level); sorted by domain, dataset, task, family, label (paper order), level.
-    A seed appearing twice in one group is an error (a table with duplicated rows)."""
-    _nonempty(rows)
-    groups: dict[tuple[str, str, str, str, str, float | None], list[ResultRow]] = {}
-    for r in rows:
-        groups.setdefault((r.domain, r.dataset, r.task, r.label, r.family, r.level), []).append(r)
-    order = {label: i for i, label in enumerate(_labels(rows))}
-    tasks = {t: i for i, t in enumerate(_unique(r.task for r in rows))}
-    datasets = {d: i for i, d in enumerate(_unique(r.dataset for r in rows))}
-    out = []
-    for (domain, dataset, task, label, family, level), members in groups.items():
-        seeds = Counter(r.seed for r in members)
-        dup = [s for s, n in seeds.items() if n > 1]
-        if dup:
-            raise ConfigError(
-                f"{domain}/{dataset}/{task} {label} {family}={level}: seed(s) "
-                f"{sorted(dup)} appear more than once in the results"
-            )
-        mean, ci = mean_ci(np.array([r.mean for r in members]))
-        out.append(
-            Aggregate(
-                domain=domain,
-                dataset=dataset,
-                task=task,
-                label=label,
-                method=members[0].method,
-                family=family,
-                level=level,
-                mean=mean,
-                ci95=ci,
-                seeds=len(members),
-                episodes=sum(r.episodes for r in members),
-                unstable=sum(r.unstable for r in members),
-            )
-        )
-    out.sort(
-        key=lambda a: (
-            a.domain,
-            datasets[a.dataset],
-            tasks[a.task],
-            _family_key(a.domain, a.family),
-            order[a.label],
-            _level_key(a.level),
-        )
-    )
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,7 +82,7 @@ def _styles(rows: Sequence[ResultRow]) -> dict[str, _Style]:
     seen: Counter[str] = Counter()
     colours = dict(_COLOURS)
     method_of = {r.label: r.method for r in rows}
-    for label in _labels(rows):
+    for label in ordered_labels(rows):
         method = method_of[label]
         colours.setdefault(method, f"C{len(colours) % 10}")
         styles[label] = _Style(
@@ -262,13 +123,13 @@ def _draw_panel(
 ) -> None:
     """Return against level, one line (95% CI band) per label; nominal-only data: a point with
     error bars per label, side by side."""
-    labels = _unique(a.label for a in aggs)
+    labels = unique(a.label for a in aggs)
     if not labels:
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
         return
     nominal_only = all(a.level is None for a in aggs)
     for i, label in enumerate(labels):
-        mine = sorted((a for a in aggs if a.label == label), key=lambda a: _level_key(a.level))
+        mine = sorted((a for a in aggs if a.label == label), key=lambda a: level_key(a.level))
         if not nominal_only:
             mine = [a for a in mine if a.level is not None]
         x = np.array([float(i) if a.level is None else a.level for a in mine])
@@ -346,10 +207,10 @@ def save_figure(fig: Figure, out: str | os.PathLike[str]) -> Path:
 
 def grid_figure(rows: Sequence[ResultRow], domain: str, dataset: str | None = None) -> Figure:
     """Figures 2-4 / 7-8: one domain and dataset; rows = tasks, columns = families."""
-    mine, dataset = _select(rows, domain, dataset)
+    mine, dataset = select(rows, domain, dataset)
     styles = _styles(rows)
-    tasks = _unique(r.task for r in mine)
-    fams = _families(mine, domain)
+    tasks = unique(r.task for r in mine)
+    fams = ordered_families(mine, domain)
     aggs = aggregate(mine)
     fig, axes = _new_figure(len(tasks), len(fams))
     for i, task in enumerate(tasks):
@@ -388,7 +249,7 @@ def _panel_row(
     """A row of panels, one per value of the rows' field `by` (titled with it), a line per
     label styled as across the whole table, one legend below."""
     styles = _styles(rows)
-    values = _unique(getattr(r, by) for r in mine)
+    values = unique(getattr(r, by) for r in mine)
     aggs = aggregate(mine)
     fig, axes = _new_figure(1, len(values))
     for ax, value in zip(axes[0], values, strict=True):
@@ -407,7 +268,7 @@ def baselines_figure(
     rows: Sequence[ResultRow], domain: str, family: str, dataset: str | None = None
 ) -> Figure:
     """Figure 5: one family, a panel per task, every label (FB methods and baselines)."""
-    mine, dataset = _select(rows, domain, dataset, family=family)
+    mine, dataset = select(rows, domain, dataset, family=family)
     title = f"{domain} ({dataset}): FB methods and baselines under {family}"
     return _panel_row(rows, mine, "task", domain, family, title, share_y=False)
 
@@ -425,12 +286,12 @@ def plot_baselines(
 
 def datasets_figure(rows: Sequence[ResultRow], domain: str, task: str, family: str) -> Figure:
     """Q4: one task and family, a panel per dataset label (shared y), a line per label."""
-    _nonempty(rows)
-    _require(rows, "domain", domain)
+    nonempty(rows)
+    require(rows, "domain", domain)
     mine = [r for r in rows if r.domain == domain]
-    _require(mine, "task", task, f"in domain {domain!r}")
+    require(mine, "task", task, f"in domain {domain!r}")
     mine = [r for r in mine if r.task == task]
-    _require(mine, "family", family, f"in {domain}/{task}")
+    require(mine, "family", family, f"in {domain}/{task}")
     mine = [r for r in mine if r.family == family]
     title = f"{domain}-{task} under {family}: by dataset"
     return _panel_row(rows, mine, "dataset", domain, family, title, share_y=True)
@@ -456,12 +317,12 @@ def eps_figure(
     dataset: str | None = None,
 ) -> Figure:
     """Q5: one panel, a line per robustness radius of `method` (legend "eps=0.4")."""
-    mine, dataset = _select(rows, domain, dataset, task=task, family=family)
-    _require(mine, "method", method, f"in {domain}/{dataset}/{task} under {family}")
+    mine, dataset = select(rows, domain, dataset, task=task, family=family)
+    require(mine, "method", method, f"in {domain}/{dataset}/{task} under {family}")
     mine = [r for r in mine if r.method == method]
     if any(r.eps is None for r in mine):
         raise ConfigError(f"method {method!r} has rows without eps; it has no radius to compare")
-    labels = _labels(mine)
+    labels = ordered_labels(mine)
     eps_of = {label: next(r.eps for r in mine if r.label == label) for label in labels}
     counts = Counter(eps_of.values())
     names = {
@@ -497,230 +358,7 @@ def plot_eps(
 
 
 # ---------------------------------------------------------------------------------------------
-# Tables
-
-
-def format_seconds(seconds: float) -> str:
-    """Wall time the way Table 1 writes it: "12.3 s", "1m 23s", "5h 23m"."""
-    if not math.isfinite(seconds):
-        return "-"
-    if seconds < 59.95:
-        return f"{seconds:.1f} s"
-    s = round(seconds)
-    if s < 3600:
-        return f"{s // 60}m {s % 60}s"
-    m = round(seconds / 60)
-    return f"{m // 60}h {m % 60}m"
-
-
-def _markdown(header: Sequence[str], body: Iterable[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(row) + " |" for row in body]
-    return "\n".join(lines) + "\n"
-
-
-def timing_table(rows: Sequence[ResultRow]) -> str:
-    """Table 1: mean inference wall time over seeds per task and label (each seed counted once),
-    a final "mean" row (over tasks) and a row with each label's mean as a multiple of FB-IL's."""
-    _nonempty(rows)
-    per_seed: dict[tuple[str, str, str, str, int], float] = {}
-    for r in rows:
-        per_seed.setdefault((r.domain, r.dataset, r.task, r.label, r.seed), r.inference_seconds)
-    labels = _labels(rows)
-    multi = len({r.dataset for r in rows}) > 1
-    tasks = _unique((r.domain, r.dataset, r.task) for r in rows)
-    cells: dict[tuple[tuple[str, str, str], str], float] = {}
-    for t in tasks:
-        for label in labels:
-            xs = [v for k, v in per_seed.items() if k[:3] == t and k[3] == label]
-            if xs:
-                cells[(t, label)] = float(np.mean(xs))
-    body = []
-    for t in tasks:
-        name = f"{t[0]}/{t[2]}" + (f" ({t[1]})" if multi else "")
-        body.append([name] + [format_seconds(cells.get((t, lab), math.nan)) for lab in labels])
-    means = {}
-    for label in labels:
-        xs = [v for (_, lab), v in cells.items() if lab == label]
-        means[label] = float(np.mean(xs))
-    body.append(["mean"] + [format_seconds(means[lab]) for lab in labels])
-    base = means.get("fbil")
-    if base is not None and base > 0:
-        body.append(["ratio to fbil"] + [f"x{means[lab] / base:.1f}" for lab in labels])
-    return _markdown(["task", *labels], body)
-
-
-def _level_text(level: float | None) -> str:
-    return "nominal" if level is None else f"{level:g}"
-
-
-def returns_table(rows: Sequence[ResultRow]) -> str:
-    """Return per (domain, dataset, task, family, level) and label: "mean +- 95% CI" over seeds."""
-    aggs = aggregate(rows)
-    labels = _labels(rows)
-    keys = _unique_keys(aggs)
-    cell = {(a.domain, a.dataset, a.task, a.family, a.level, a.label): a for a in aggs}
-    body = []
-    for k in keys:
-        row = [k[0], k[1], k[2], k[3], _level_text(k[4])]
-        for label in labels:
-            a = cell.get((*k, label))
-            row.append("-" if a is None else f"{a.mean:.1f} +- {a.ci95:.1f}")
-        body.append(row)
-    return _markdown(["domain", "dataset", "task", "family", "level", *labels], body)
-
-
-def _unique_keys(aggs: Sequence[Aggregate]) -> list[tuple[str, str, str, str, float | None]]:
-    keys: dict[tuple[str, str, str, str, float | None], None] = {}
-    for a in aggs:
-        keys.setdefault((a.domain, a.dataset, a.task, a.family, a.level), None)
-    return list(keys)
-
-
-# ---------------------------------------------------------------------------------------------
 # Interquartile mean across tasks (rliable)
-
-
-@dataclass(frozen=True)
-class IqmEstimate:
-    """A label's IQM across tasks and seeds, with its stratified-bootstrap 95% CI."""
-
-    label: str
-    iqm: float
-    low: float
-    high: float
-    seeds: int
-    tasks: int
-
-
-def _same_level(a: float | None, b: float) -> bool:
-    return a is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
-
-
-def iqm_scores(
-    rows: Sequence[ResultRow], family: str | None = None, level: float | None = None
-) -> tuple[dict[str, np.ndarray], list[str]]:
-    """Per comparable label, the (seeds x tasks) matrix of per-seed mean returns, where a task
-    is a (domain, dataset, task, family, level) combination; and notes on the labels dropped
-    (missing tasks, uneven or too few seeds, non-finite scores)."""
-    _nonempty(rows)
-    if family is not None:
-        _require(rows, "family", family)
-        rows = [r for r in rows if r.family == family]
-    if level is not None:
-        rows = [r for r in rows if _same_level(r.level, level)]
-        if not rows:
-            raise ConfigError(
-                f"no results at level {level:g}" + (f" of {family}" if family else "")
-            )
-    tasks = _unique((r.domain, r.dataset, r.task, r.family, r.level) for r in rows)
-    tasks.sort(key=lambda t: (t[0], t[1], t[2], _family_key(t[0], t[3]), _level_key(t[4])))
-    notes: list[str] = []
-    kept: dict[str, np.ndarray] = {}
-    for label in _labels(rows):
-        per_task: dict[tuple[str, str, str, str, float | None], dict[int, float]] = {}
-        for r in rows:
-            if r.label == label:
-                key = (r.domain, r.dataset, r.task, r.family, r.level)
-                per_task.setdefault(key, {})[r.seed] = r.mean
-        missing = [t for t in tasks if t not in per_task]
-        if missing:
-            notes.append(
-                f"{label}: dropped, results for {len(tasks) - len(missing)} of {len(tasks)} "
-                "combinations"
-            )
-            continue
-        counts = {len(per_task[t]) for t in tasks}
-        if len(counts) > 1:
-            notes.append(f"{label}: dropped, uneven seeds across tasks ({sorted(counts)})")
-            continue
-        scores = np.array([[per_task[t][s] for s in sorted(per_task[t])] for t in tasks]).T
-        if not np.all(np.isfinite(scores)):
-            notes.append(f"{label}: dropped, non-finite scores")
-            continue
-        kept[label] = scores
-    if kept:
-        n_seeds = Counter(s.shape[0] for s in kept.values())
-        runs = max(n_seeds, key=lambda n: (n_seeds[n], n))
-        for label in list(kept):
-            if kept[label].shape[0] != runs:
-                notes.append(
-                    f"{label}: dropped, {kept[label].shape[0]} seeds where the others have {runs}"
-                )
-                del kept[label]
-    return kept, notes
-
-
-@dataclass(frozen=True)
-class IqmResult:
-    """The IQM comparison of one selection of the results."""
-
-    scope: str  # which families and levels were pooled
-    tasks: int  # (domain, dataset, task, family, level) combinations
-    estimates: tuple[IqmEstimate, ...]  # comparable labels, paper order
-    notes: tuple[str, ...]  # labels dropped, and why
-
-
-def iqm_estimates(
-    rows: Sequence[ResultRow],
-    family: str | None = None,
-    level: float | None = None,
-    reps: int = _IQM_REPS,
-    seed: int = 0,
-) -> IqmResult:
-    """Each comparable label's interquartile mean of per-seed mean returns across tasks (see
-    `iqm_scores`), with rliable's stratified-bootstrap 95% percentile CI over `reps`
-    resamples drawn with a fixed `seed`."""
-    scores, notes = iqm_scores(rows, family, level)
-    scope = "all families and levels" if family is None else family
-    if level is not None:
-        scope += f" at level {level:g}"
-    if not scores:
-        return IqmResult(scope, 0, (), tuple(notes))
-    found = stratified_iqm(scores, reps, seed)
-    estimates = tuple(
-        IqmEstimate(label, *found[label], seeds=s.shape[0], tasks=s.shape[1])
-        for label, s in scores.items()
-    )
-    return IqmResult(scope, estimates[0].tasks, estimates, tuple(notes))
-
-
-def _iqm_markdown(result: IqmResult) -> str:
-    text = (
-        f"IQM of per-seed mean return ({result.scope}; {result.tasks} (task, family, level) "
-        "combinations as rliable's tasks, raw returns)\n\n"
-    )
-    if result.estimates:
-        text += _markdown(
-            ["label", "IQM", "95% CI", "seeds", "combinations"],
-            (
-                [
-                    e.label,
-                    f"{e.iqm:.1f}",
-                    f"[{e.low:.1f}, {e.high:.1f}]",
-                    str(e.seeds),
-                    str(e.tasks),
-                ]
-                for e in result.estimates
-            ),
-        )
-    else:
-        text += "No label has results for every task with the same number of seeds.\n"
-    if result.notes:
-        text += "\n" + "\n".join(f"- {n}" for n in result.notes) + "\n"
-    return text
-
-
-def iqm_summary(
-    rows: Sequence[ResultRow],
-    family: str | None = None,
-    level: float | None = None,
-    reps: int = _IQM_REPS,
-    seed: int = 0,
-) -> str:
-    """Markdown: each comparable label's IQM across tasks (default: every family and level
-    pooled as extra tasks) with its stratified-bootstrap 95% CI; dropped labels noted below."""
-    return _iqm_markdown(iqm_estimates(rows, family, level, reps, seed))
 
 
 def _iqm_draw(result: IqmResult, styles: dict[str, _Style]) -> Figure:
@@ -756,7 +394,7 @@ def iqm_figure(
     rows: Sequence[ResultRow],
     family: str | None = None,
     level: float | None = None,
-    reps: int = _IQM_REPS,
+    reps: int = IQM_REPS,
     seed: int = 0,
 ) -> Figure:
     """Horizontal interval bars (95% CI) with the IQM marked, a bar per label, paper order."""
@@ -768,7 +406,7 @@ def plot_iqm(
     out: str | os.PathLike[str],
     family: str | None = None,
     level: float | None = None,
-    reps: int = _IQM_REPS,
+    reps: int = IQM_REPS,
     seed: int = 0,
 ) -> Path:
     """Saves `iqm_figure` as PNG and SVG; returns the PNG path."""
@@ -784,7 +422,7 @@ def _slug(*parts: str) -> str:
 
 
 def draw_all(
-    table_path: str | os.PathLike[str], out_dir: str | os.PathLike[str], iqm_reps: int = _IQM_REPS
+    table_path: str | os.PathLike[str], out_dir: str | os.PathLike[str], iqm_reps: int = IQM_REPS
 ) -> list[Path]:
     """Draws every figure the table supports into `out_dir` and writes `tables.md` (timing,
     returns, IQM with `iqm_reps` bootstrap resamples); returns the files written (PNG and SVG
@@ -812,20 +450,20 @@ def draw_all(
 
     # Figures of one dataset name it only where another dataset has the same figure.
     per_dataset: list[tuple[tuple[str, ...], int, str, Callable[[Path], Path]]] = []
-    for domain in _unique(r.domain for r in rows):
+    for domain in unique(r.domain for r in rows):
         mine = [r for r in rows if r.domain == domain]
-        for ds in _unique(r.dataset for r in mine):
+        for ds in unique(r.dataset for r in mine):
             draw(_slug("grid", domain, ds), partial(plot_grid, rows, domain, dataset=ds))
-        for ds in _unique(r.dataset for r in mine):
+        for ds in unique(r.dataset for r in mine):
             data = [r for r in mine if r.dataset == ds]
-            for family in _families(data, domain):
+            for family in ordered_families(data, domain):
                 fam_rows = [r for r in data if r.family == family]
                 if any(r.method in BASELINE_METHODS for r in fam_rows):
                     baselines = partial(plot_baselines, rows, domain, family, dataset=ds)
                     per_dataset.append((("baselines", domain, family), 2, ds, baselines))
-                for task in _unique(r.task for r in fam_rows):
+                for task in unique(r.task for r in fam_rows):
                     cell = [r for r in fam_rows if r.task == task]
-                    for method in _unique(r.method for r in sorted(cell, key=_label_key)):
+                    for method in unique(r.method for r in sorted(cell, key=label_key)):
                         if len({r.eps for r in cell if r.method == method}) < 2:
                             continue
                         named = () if method == "rbfm-heavy" else (method,)
@@ -834,8 +472,8 @@ def draw_all(
                         )
                         at = 2 + len(named)
                         per_dataset.append((("eps", *named, domain, task, family), at, ds, eps))
-        for task in _unique(r.task for r in mine):
-            for family in _families([r for r in mine if r.task == task], domain):
+        for task in unique(r.task for r in mine):
+            for family in ordered_families([r for r in mine if r.task == task], domain):
                 here = {r.dataset for r in mine if r.task == task and r.family == family}
                 if len(here) > 1:
                     draw(
@@ -859,7 +497,7 @@ def draw_all(
         + "\n## Return (mean +- 95% CI over seeds)\n\n"
         + returns_table(rows)
         + "\n## Interquartile mean across tasks\n\n"
-        + _iqm_markdown(iqm)
+        + iqm_markdown(iqm)
     )
     written.append(tables)
     return written

@@ -1,0 +1,136 @@
+"""Markdown tables of an experiment's results: Table 1 (inference time), returns per
+level, and the IQM comparison."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from rbfm.experiments.stats import (
+    IQM_REPS,
+    Aggregate,
+    IqmResult,
+    aggregate,
+    iqm_estimates,
+    nonempty,
+    ordered_labels,
+    unique,
+)
+from rbfm.experiments.table import ResultRow
+
+
+def format_seconds(seconds: float) -> str:
+    """Wall time the way Table 1 writes it: "12.3 s", "1m 23s", "5h 23m"."""
+    if not math.isfinite(seconds):
+        return "-"
+    if seconds < 59.95:
+        return f"{seconds:.1f} s"
+    s = round(seconds)
+    if s < 3600:
+        return f"{s // 60}m {s % 60}s"
+    m = round(seconds / 60)
+    return f"{m // 60}h {m % 60}m"
+
+
+def markdown(header: Sequence[str], body: Iterable[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines) + "\n"
+
+
+def timing_table(rows: Sequence[ResultRow]) -> str:
+    """Table 1: mean inference wall time over seeds per task and label (each seed counted once),
+    a final "mean" row (over tasks) and a row with each label's mean as a multiple of FB-IL's."""
+    nonempty(rows)
+    per_seed: dict[tuple[str, str, str, str, int], float] = {}
+    for r in rows:
+        per_seed.setdefault((r.domain, r.dataset, r.task, r.label, r.seed), r.inference_seconds)
+    labels = ordered_labels(rows)
+    multi = len({r.dataset for r in rows}) > 1
+    tasks = unique((r.domain, r.dataset, r.task) for r in rows)
+    cells: dict[tuple[tuple[str, str, str], str], float] = {}
+    for t in tasks:
+        for label in labels:
+            xs = [v for k, v in per_seed.items() if k[:3] == t and k[3] == label]
+            if xs:
+                cells[(t, label)] = float(np.mean(xs))
+    body = []
+    for t in tasks:
+        name = f"{t[0]}/{t[2]}" + (f" ({t[1]})" if multi else "")
+        body.append([name] + [format_seconds(cells.get((t, lab), math.nan)) for lab in labels])
+    means = {}
+    for label in labels:
+        xs = [v for (_, lab), v in cells.items() if lab == label]
+        means[label] = float(np.mean(xs))
+    body.append(["mean"] + [format_seconds(means[lab]) for lab in labels])
+    base = means.get("fbil")
+    if base is not None and base > 0:
+        body.append(["ratio to fbil"] + [f"x{means[lab] / base:.1f}" for lab in labels])
+    return markdown(["task", *labels], body)
+
+
+def level_text(level: float | None) -> str:
+    return "nominal" if level is None else f"{level:g}"
+
+
+def returns_table(rows: Sequence[ResultRow]) -> str:
+    """Return per (domain, dataset, task, family, level) and label: "mean +- 95% CI" over seeds."""
+    aggs = aggregate(rows)
+    labels = ordered_labels(rows)
+    keys = unique_keys(aggs)
+    cell = {(a.domain, a.dataset, a.task, a.family, a.level, a.label): a for a in aggs}
+    body = []
+    for k in keys:
+        row = [k[0], k[1], k[2], k[3], level_text(k[4])]
+        for label in labels:
+            a = cell.get((*k, label))
+            row.append("-" if a is None else f"{a.mean:.1f} +- {a.ci95:.1f}")
+        body.append(row)
+    return markdown(["domain", "dataset", "task", "family", "level", *labels], body)
+
+
+def unique_keys(aggs: Sequence[Aggregate]) -> list[tuple[str, str, str, str, float | None]]:
+    keys: dict[tuple[str, str, str, str, float | None], None] = {}
+    for a in aggs:
+        keys.setdefault((a.domain, a.dataset, a.task, a.family, a.level), None)
+    return list(keys)
+
+
+def iqm_markdown(result: IqmResult) -> str:
+    text = (
+        f"IQM of per-seed mean return ({result.scope}; {result.tasks} (task, family, level) "
+        "combinations as rliable's tasks, raw returns)\n\n"
+    )
+    if result.estimates:
+        text += markdown(
+            ["label", "IQM", "95% CI", "seeds", "combinations"],
+            (
+                [
+                    e.label,
+                    f"{e.iqm:.1f}",
+                    f"[{e.low:.1f}, {e.high:.1f}]",
+                    str(e.seeds),
+                    str(e.tasks),
+                ]
+                for e in result.estimates
+            ),
+        )
+    else:
+        text += "No label has results for every task with the same number of seeds.\n"
+    if result.notes:
+        text += "\n" + "\n".join(f"- {n}" for n in result.notes) + "\n"
+    return text
+
+
+def iqm_summary(
+    rows: Sequence[ResultRow],
+    family: str | None = None,
+    level: float | None = None,
+    reps: int = IQM_REPS,
+    seed: int = 0,
+) -> str:
+    """Markdown: each comparable label's IQM across tasks (default: every family and level
+    pooled as extra tasks) with its stratified-bootstrap 95% CI; dropped labels noted below."""
+    return iqm_markdown(iqm_estimates(rows, family, level, reps, seed))
