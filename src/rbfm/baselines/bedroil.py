@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from rbfm.baselines.common import BaselineResult, demo_tensors, mlp, train_loop
+from rbfm.baselines.common import BaselineResult, mlp, setup, train_loop
 from rbfm.checks import in_range, positive_ints
 from rbfm.data.demos import Demos
 from rbfm.errors import unknown
@@ -135,11 +135,9 @@ def train(
     resume_every: int = 10_000,
 ) -> BaselineResult:
     """Trains on `demos`; with `resume`, snapshots there and continues from one (`Resume`)."""
-    start = time.perf_counter()
-    dev = torch.device(device or "cpu")
-    data = demo_tensors(demos, obs_dim, action_dim, dev)
+    run = setup(demos, obs_dim, action_dim, seed, device)
+    start, dev, data, gen = run.start, run.device, run.data, run.gen
     divergence = get_divergence(cfg.divergence)
-    gen = torch.Generator(dev).manual_seed(seed)
     with seeded(seed):  # the initial weights, without reseeding the caller's generator
         policy = TanhGaussianPolicy(obs_dim, action_dim, cfg.hidden).to(dev)
         q = mlp(obs_dim + action_dim, cfg.hidden, 1, nn.ReLU).to(dev)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -140,6 +141,24 @@ def demo_tensors(
             f"{obs_dim}-dim observations and {action_dim}-dim actions"
         )
     return {k: torch.as_tensor(v, device=device) for k, v in demos.transitions().items()}
+
+
+@dataclass
+class Setup:
+    """What both baselines' training starts from: the clock, device, demonstration
+    tensors, and the generator of their batches."""
+
+    start: float
+    device: torch.device
+    data: dict[str, torch.Tensor]
+    gen: torch.Generator
+
+
+def setup(demos: Demos, obs_dim: int, action_dim: int, seed: int, device: str | None) -> Setup:
+    start = time.perf_counter()
+    dev = torch.device(device or "cpu")
+    data = demo_tensors(demos, obs_dim, action_dim, dev)
+    return Setup(start, dev, data, torch.Generator(dev).manual_seed(seed))
 
 
 def save_policy(stem: Path, policy: nn.Module, meta: dict[str, Any]) -> Path:

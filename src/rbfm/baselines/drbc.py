@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from rbfm.baselines.common import BaselineResult, demo_tensors, mlp, train_loop
+from rbfm.baselines.common import BaselineResult, mlp, setup, train_loop
 from rbfm.checks import in_range, positive_ints
 from rbfm.data.demos import Demos
 from rbfm.errors import unknown
@@ -87,10 +87,8 @@ def train(
     resume_every: int = 10_000,
 ) -> BaselineResult:
     """Trains on `demos`; with `resume`, snapshots there and continues from one (`Resume`)."""
-    start = time.perf_counter()
-    dev = torch.device(device or "cpu")
-    data = demo_tensors(demos, obs_dim, action_dim, dev)
-    gen = torch.Generator(dev).manual_seed(seed)
+    run = setup(demos, obs_dim, action_dim, seed, device)
+    start, dev, data, gen = run.start, run.device, run.data, run.gen
     with seeded(seed):  # the initial weights, without reseeding the caller's generator
         policy = DeterministicPolicy(obs_dim, action_dim, cfg.hidden).to(dev)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
