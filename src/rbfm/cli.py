@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rbfm import EVAL_SEED
 from rbfm.errors import ConfigError, RbfmError
+
+_C = TypeVar("_C")
 
 
 def _summary_with_tasks(path: str, progress: bool = True) -> str:
@@ -37,19 +40,17 @@ def _check_out(path: str | None) -> None:
         raise ConfigError(f"--out: the folder of {path} does not exist")
 
 
+def _from_args(cls: type[_C], args: argparse.Namespace, **given: Any) -> _C:
+    """A config dataclass from the options of the same names (the command line's flags
+    are named after the config's fields), with `given` fields set otherwise."""
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: v for k, v in vars(args).items() if k in names} | given)
+
+
 def _cmd_collect(args: argparse.Namespace) -> None:
     from rbfm.exploration import CollectConfig, collect
 
-    cfg = CollectConfig(
-        domain=args.domain,
-        agent=args.agent,
-        transitions=args.transitions,
-        out=args.out,
-        preset=args.preset,
-        seed=args.seed,
-        task=args.task,
-        device=args.device,
-    )
+    cfg = _from_args(CollectConfig, args)
     start = time.perf_counter()
     buffer = collect(cfg, progress=not args.quiet)
     print(f"collected into {buffer} in {time.perf_counter() - start:.1f} s")
@@ -92,21 +93,10 @@ def parse_assignments(items: list[str]) -> list[tuple[str, Any]]:
 def _cmd_pretrain(args: argparse.Namespace) -> None:
     from rbfm.training.pretrain import PretrainConfig, pretrain
 
-    cfg = PretrainConfig(
-        dataset=args.dataset,
-        out=args.out,
-        domain=args.domain,
-        preset=args.preset,
-        steps=args.steps,
-        transitions=args.transitions,
-        seed=args.seed,
-        device=args.device,
-        bf16=args.bf16 or None,
-        eval_every=args.eval_every,
-        eval_episodes=args.eval_episodes,
-        checkpoint_every=args.checkpoint_every,
-        workers=args.workers,
-        log_every=args.log_every,
+    cfg = _from_args(
+        PretrainConfig,
+        args,
+        bf16=args.bf16 or None,  # None: the preset's choice
         overrides=tuple(parse_assignments(args.set)),
     )
     if args.threads is not None:
