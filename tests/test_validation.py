@@ -102,7 +102,7 @@ def test_infer_refuses_before_writing(
         (["--method", "fbil", "--steps", "0"], "FBILConfig.steps: 0 is out of range"),
         (["--method", "drbc", "--steps", "0"], "DRBCConfig.steps: 0 is out of range"),
         (["--method", "bedroil", "--eps", "500"], "BEDROILConfig.eps: 500.0 is out of range"),
-        (["--method", "fbil", "--eps", "0.5"], "--eps applies to rbfm-light and rbfm-heavy"),
+        (["--method", "fbil", "--eps", "0.5"], "eps applies to the robust methods only, not fbil"),
     ]
     for extra, message in cases:
         _fails([*base, *extra, "--out", str(out)], message, capsys)

@@ -249,43 +249,18 @@ def _cmd_demos(args: argparse.Namespace) -> None:
 
 
 def _cmd_infer(args: argparse.Namespace) -> None:
-    from rbfm.baselines import train_baseline, write_policy
-    from rbfm.inference import infer, load_demos, method_config
-    from rbfm.methods import BASELINE_METHODS
-    from rbfm.policy_files import save_z
+    from rbfm.inference import load_demos
+    from rbfm.methods import get_method
+    from rbfm.policy_files import infer_to_file, train_to_file
 
     _check_out(args.out)
-    demos_all = load_demos(args.demos)
-    demos = demos_all.sample(args.num_demos, args.seed)
-    common = {
-        "method": args.method,
-        "seed": args.seed,
-        "domain": demos.domain,
-        "task": demos.task,
-        "demos": str(args.demos),
-        "num_demos": args.num_demos,
-    }
-    if args.method in BASELINE_METHODS:
-        stem = Path(args.out).with_suffix("")
-        resume = stem.with_name(f"{stem.name}.resume.pt")  # long paper runs continue from it
-        changes = {k: v for k, v in (("steps", args.steps), ("eps", args.eps)) if v is not None}
-        result, config = train_baseline(
-            args.method, demos, args.preset, args.seed, changes, progress=True, resume=resume
-        )
-        write_policy(
-            stem,
-            args.method,
-            result.policy,
-            demos.domain,
-            {
-                **common,
-                "preset": args.preset,
-                "config": config,
-                "steps": config["steps"],
-                # this process's share when the run was resumed
-                "seconds": result.seconds,
-                "steps_timed": result.steps,
-            },
+    method = get_method(args.method)
+    demos = load_demos(args.demos).sample(args.num_demos, args.seed)
+    described = {"demos": str(args.demos), "num_demos": args.num_demos}
+    changes = {k: v for k, v in (("steps", args.steps), ("eps", args.eps)) if v is not None}
+    if not method.is_fb:
+        result, config, stem = train_to_file(
+            args.method, demos, args.preset, args.seed, args.out, changes, described, True
         )
         print(
             f"{args.method}: policy written to {stem}.safetensors/.json ({config['steps']} "
@@ -298,35 +273,23 @@ def _cmd_infer(args: argparse.Namespace) -> None:
     from rbfm.fb.checkpoint import load_checkpoint
 
     model, model_meta = load_checkpoint(args.checkpoint, domain=demos.domain, device=args.device)
-    overrides: dict[str, object] = {
-        k: v for k, v in (("eps", args.eps), ("steps", args.steps)) if v is not None
-    }
-    if args.bf16:
-        overrides["bf16"] = True
-    if "eps" in overrides and args.method == "fbil":
-        raise ConfigError("--eps applies to rbfm-light and rbfm-heavy only")
-    method_config(args.method, args.settings, **overrides)  # refused before any work
-    result_z = infer(model, demos, args.method, args.seed, True, args.settings, **overrides)
-    save_z(
+    overrides: dict[str, object] = changes | ({"bf16": True} if args.bf16 else {})
+    res = infer_to_file(
+        model,
+        model_meta,
+        args.checkpoint,
+        demos,
+        args.method,
+        args.seed,
         args.out,
-        result_z.z,
-        {
-            **common,
-            "checkpoint": str(args.checkpoint),
-            "model_sha256": model_meta["sha256"],
-            "settings": args.settings,
-            "overrides": overrides,
-            "seconds": result_z.seconds,
-            "steps": result_z.steps,
-            # The method's objective on every demonstration transition at z (deterministic).
-            "objective": result_z.objective,
-            "converged": result_z.converged,
-            **result_z.extra,
-        },
+        args.settings,
+        overrides,
+        described,
+        progress=True,
     )
     state = (
         "converged"
-        if result_z.converged
+        if res.converged
         else "NOT converged: the step cap came first (raise --steps)"
         if args.settings == "default"
         else "still improving at the end (the paper's fixed step count)"
@@ -334,8 +297,8 @@ def _cmd_infer(args: argparse.Namespace) -> None:
     n = len(demos.transitions()["action"])
     print(
         f"{args.method} ({args.settings} settings): z written to {args.out} "
-        f"({result_z.steps} steps, {result_z.seconds:.1f} s, {result_z.ms_per_step:.2f} "
-        f"ms/step); objective on all {n} transitions {result_z.objective:.4g}, {state}"
+        f"({res.steps} steps, {res.seconds:.1f} s, {res.ms_per_step:.2f} ms/step); "
+        f"objective on all {n} transitions {res.objective:.4g}, {state}"
     )
 
 

@@ -19,8 +19,12 @@ import torch
 from torch import nn
 
 from rbfm.atomic import atomic_write
-from rbfm.baselines import load_policy
+from rbfm.baselines import BaselineResult, load_policy, train_baseline, write_policy
+from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError
+from rbfm.fb.model import FBModel
+from rbfm.inference import InferenceResult, infer, method_config
+from rbfm.methods import get_method
 
 
 def save_z(path: str | os.PathLike[str], z: torch.Tensor, meta: dict[str, Any]) -> Path:
@@ -74,3 +78,75 @@ def load_any(
         return method, None, module, info
     z, info = load_z(path)
     return str(info.get("method", Path(path).stem)), z, None, info
+
+
+def infer_to_file(
+    model: FBModel,
+    model_meta: dict[str, Any],
+    checkpoint: str,
+    demos: Demos,
+    method: str,
+    seed: int,
+    out: str | os.PathLike[str],
+    settings: str = "default",
+    overrides: dict[str, Any] | None = None,
+    described: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> InferenceResult:
+    """An FB method's task vector from `demos`, written to `out` with its description:
+    the model's weights hash (so it is never scored with another model), the settings,
+    and the method's full-set objective, steps and convergence."""
+    overrides = dict(overrides or {})
+    if "eps" in overrides and not get_method(method).robust:
+        raise ConfigError(f"eps applies to the robust methods only, not {method}")
+    method_config(method, settings, **overrides)  # refused before any work
+    result = infer(model, demos, method, seed, progress, settings, **overrides)
+    meta = {
+        "method": method,
+        "seed": seed,
+        "domain": demos.domain,
+        "task": demos.task,
+        **(described or {}),
+        "checkpoint": str(checkpoint),
+        "model_sha256": model_meta["sha256"],
+        "settings": settings,
+        "overrides": overrides,
+        "seconds": result.seconds,
+        "steps": result.steps,
+        # The method's objective on every demonstration transition at z (deterministic).
+        "objective": result.objective,
+        "converged": result.converged,
+        **result.extra,
+    }
+    save_z(out, result.z, meta)
+    return result
+
+
+def train_to_file(
+    method: str,
+    demos: Demos,
+    preset: str,
+    seed: int,
+    out: str | os.PathLike[str],
+    overrides: dict[str, Any] | None = None,
+    described: dict[str, Any] | None = None,
+    progress: bool = False,
+) -> tuple[BaselineResult, dict[str, Any], Path]:
+    """A baseline policy trained on `demos` and written to `out` (a stem); the run
+    snapshots itself to `<stem>.resume.pt` and, called again, continues from it."""
+    stem = Path(out).with_suffix("")
+    resume = stem.with_name(f"{stem.name}.resume.pt")
+    result, config = train_baseline(method, demos, preset, seed, overrides, progress, resume)
+    meta = {
+        "seed": seed,
+        "task": demos.task,
+        **(described or {}),
+        "preset": preset,
+        "config": config,
+        "steps": config["steps"],
+        # this process's share when the run was resumed
+        "seconds": result.seconds,
+        "steps_timed": result.steps,
+    }
+    write_policy(stem, method, result.policy, demos.domain, meta)
+    return result, config, stem
