@@ -303,76 +303,21 @@ def _cmd_infer(args: argparse.Namespace) -> None:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> None:
-    from rbfm.envs import TASKS, get_perturbation
-    from rbfm.evaluation.sweep import sweep, write_csv
-    from rbfm.fb.checkpoint import load_checkpoint
-    from rbfm.methods import NAMES
-    from rbfm.policy_files import check_z, load_any
+    from rbfm.evaluation.sweep import write_csv
+    from rbfm.policy_files import evaluate_files
 
     _check_count("--episodes", args.episodes)
     _check_out(args.out)
-    meta = None
-    if args.checkpoint is not None:
-        from rbfm.fb.checkpoint import read_meta
-
-        meta = read_meta(args.checkpoint)
-    zs, policies, domains = [], [], set()
-    for path in args.z:
-        method, z, module, info = load_any(path)
-        if module is not None:
-            from rbfm.baselines import as_policy
-
-            policies.append((method, as_policy(module)))
-        else:
-            assert z is not None
-            if meta is not None:
-                check_z(path, z, info, meta)
-            zs.append((method, z))
-        domains.add(info.get("domain"))
-        made_for = info.get("task")
-        if made_for not in (None, args.task) and not args.cross_task:
-            raise ConfigError(
-                f"{path}: inferred for the task {made_for!r}, not --task {args.task!r} "
-                "(pass --cross-task to score it on another task deliberately)"
-            )
-    # Rows in the paper's order (FB-IL, Light, Heavy, then the baselines), whatever the
-    # order of the files (shell globs sort them alphabetically).
-    rank = {m: i for i, m in enumerate(NAMES)}
-    zs.sort(key=lambda e: rank.get(e[0], len(NAMES)))
-    policies.sort(key=lambda e: rank.get(e[0], len(NAMES)))
-    model, domain = None, str(next(iter(domains)))
-    if zs:
-        if args.checkpoint is None:
-            raise ConfigError("--checkpoint is needed to evaluate task vectors")
-        model, meta = load_checkpoint(args.checkpoint, device=args.device)
-        domains.add(meta["domain"])
-        domain = meta["domain"]
-    if len(domains) != 1:
-        raise ConfigError(f"the files are for different domains: {sorted(map(str, domains))}")
-    if args.task not in TASKS[domain]:
-        raise ConfigError(
-            f"--task: unknown {domain} task {args.task!r}; valid: {', '.join(TASKS[domain])}"
-        )
-    levels: list[float | None] = [None]
-    if args.perturbation is not None:
-        pert = get_perturbation(domain, args.perturbation)
-        levels = list(args.levels or pert.levels)
-        lo, hi = min(pert.levels), max(pert.levels)
-        bad = [x for x in levels if x is None or not lo <= x <= hi]
-        if bad:
-            raise ConfigError(
-                f"--levels: {bad[0]} is outside {args.perturbation}'s range [{lo:g}, {hi:g}]"
-            )
-    rows = sweep(
-        model,
-        zs,
-        domain,
+    domain, rows = evaluate_files(
+        args.z,
         args.task,
+        args.checkpoint,
         args.perturbation,
-        levels,
+        args.levels,
         args.episodes,
         args.seed,
-        policies=policies,
+        args.cross_task,
+        args.device,
         progress=True,
     )
     print(
@@ -388,11 +333,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
             f"{r.unstable:>9}"
         )
     if args.out:
-        write_csv(
-            args.out,
-            rows,
-            {"domain": domain, "task": args.task, "perturbation": args.perturbation or "none"},
-        )
+        extra = {"domain": domain, "task": args.task, "perturbation": args.perturbation or "none"}
+        write_csv(args.out, rows, extra)
         print(f"wrote {args.out}")
 
 

@@ -18,13 +18,17 @@ from typing import Any
 import torch
 from torch import nn
 
+from rbfm import EVAL_SEED
 from rbfm.atomic import atomic_write
-from rbfm.baselines import BaselineResult, load_policy, train_baseline, write_policy
+from rbfm.baselines import BaselineResult, as_policy, load_policy, train_baseline, write_policy
 from rbfm.data.demos import Demos
+from rbfm.envs import TASKS, get_perturbation
 from rbfm.errors import ConfigError
+from rbfm.evaluation.sweep import SweepRow, sweep
+from rbfm.fb.checkpoint import load_checkpoint, read_meta
 from rbfm.fb.model import FBModel
 from rbfm.inference import InferenceResult, infer, method_config
-from rbfm.methods import get_method
+from rbfm.methods import NAMES, get_method
 
 
 def save_z(path: str | os.PathLike[str], z: torch.Tensor, meta: dict[str, Any]) -> Path:
@@ -150,3 +154,83 @@ def train_to_file(
     }
     write_policy(stem, method, result.policy, demos.domain, meta)
     return result, config, stem
+
+
+def evaluate_files(
+    paths: list[str],
+    task: str,
+    checkpoint: str | None = None,
+    perturbation: str | None = None,
+    levels: list[float] | None = None,
+    episodes: int = 10,
+    seed: int = EVAL_SEED,
+    cross_task: bool = False,
+    device: str | None = None,
+    progress: bool = False,
+) -> tuple[str, list[SweepRow]]:
+    """Task-vector and policy files from `rbfm infer`, evaluated together under a sweep
+    (every file's episode k from the same initial state): (domain, rows in the paper's
+    method order). Refused before any rollout: files of different domains, a task vector
+    of another model, a file inferred for another task (unless `cross_task`), levels
+    outside the family's range."""
+    if episodes < 1:
+        raise ConfigError(f"episodes: {episodes} is out of range (valid: >= 1)")
+    meta = None if checkpoint is None else read_meta(checkpoint)
+    zs, policies, domains = [], [], set()
+    for path in paths:
+        method, z, module, info = load_any(path)
+        if module is not None:
+            policies.append((method, as_policy(module)))
+        else:
+            assert z is not None
+            if meta is not None:
+                check_z(path, z, info, meta)
+            zs.append((method, z))
+        domains.add(info.get("domain"))
+        made_for = info.get("task")
+        if made_for not in (None, task) and not cross_task:
+            raise ConfigError(
+                f"{path}: inferred for the task {made_for!r}, not --task {task!r} "
+                "(pass --cross-task to score it on another task deliberately)"
+            )
+    # The paper's order (FB-IL, Light, Heavy, then the baselines), whatever the order of
+    # the files (shell globs sort them alphabetically).
+    rank = {m: i for i, m in enumerate(NAMES)}
+    zs.sort(key=lambda e: rank.get(e[0], len(NAMES)))
+    policies.sort(key=lambda e: rank.get(e[0], len(NAMES)))
+    model, domain = None, str(next(iter(domains)))
+    if zs:
+        if checkpoint is None:
+            raise ConfigError("--checkpoint is needed to evaluate task vectors")
+        model, meta = load_checkpoint(checkpoint, device=device)
+        domains.add(meta["domain"])
+        domain = meta["domain"]
+    if len(domains) != 1:
+        raise ConfigError(f"the files are for different domains: {sorted(map(str, domains))}")
+    if task not in TASKS[domain]:
+        raise ConfigError(
+            f"--task: unknown {domain} task {task!r}; valid: {', '.join(TASKS[domain])}"
+        )
+    swept: list[float | None] = [None]
+    if perturbation is not None:
+        pert = get_perturbation(domain, perturbation)
+        swept = list(levels or pert.levels)
+        lo, hi = min(pert.levels), max(pert.levels)
+        bad = [x for x in swept if x is None or not lo <= x <= hi]
+        if bad:
+            raise ConfigError(
+                f"--levels: {bad[0]} is outside {perturbation}'s range [{lo:g}, {hi:g}]"
+            )
+    rows = sweep(
+        model,
+        zs,
+        domain,
+        task,
+        perturbation,
+        swept,
+        episodes,
+        seed,
+        policies=policies,
+        progress=progress,
+    )
+    return domain, rows
