@@ -1,0 +1,78 @@
+"""Markdown table of docs/inference/converged/*.csv (made by
+benchmarks/robust_descent_models.sh): mean over seeds per (model, expert source, method).
+
+    python benchmarks/robust_descent_table.py
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent / "docs" / "inference" / "converged"
+CELLS = {
+    "cheetah": "cheetah run",
+    "walker": "walker flip",
+    "walker:aps": "walker_aps flip",
+    "walker:proto": "walker_proto flip",
+    "quadruped": "quadruped jump",
+}
+METHODS = {
+    "expert": "z_e (expert's own z)",
+    "fbil": "FB-IL",
+    "rbfm-light": "RBFM-Light",
+    "rbfm-heavy": "RBFM-Heavy",
+}
+HEADER = (
+    "| model / task | method | seeds | nominal | TV-0.8 | Heavy dual (refit) | Heavy own "
+    "| ‖z - z_e‖ | evals/steps | converged | s | x FB-IL s |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def _mean(rows: list[dict[str, str]], key: str) -> float:
+    return statistics.mean(float(r[key]) for r in rows)
+
+
+def table() -> str:
+    runs: dict[tuple[str, str, str], list[dict[str, str]]] = defaultdict(list)
+    for path in sorted(ROOT.glob("*.csv")):
+        with path.open() as f:
+            for r in csv.DictReader(f):
+                runs[(r["checkpoint"], r["noise"], r["seed"])].append(r)
+    # Only seeds every method finished (a run's CSV grows as its methods finish).
+    groups: dict[tuple[str, float, str], list[dict[str, str]]] = defaultdict(list)
+    for (ck, noise_text, _), seed_rows in runs.items():
+        if {r["method"] for r in seed_rows} >= set(METHODS):
+            for r in seed_rows:
+                groups[(ck, float(noise_text), r["method"])].append(r)
+    out = []
+    for noise in sorted({k[1] for k in groups}, reverse=True):
+        source = "noisy expert (action noise 0.3)" if noise else "own expert (the paper's)"
+        out += [f"\n**{source}**\n", HEADER]
+        for ck, cell in CELLS.items():
+            fbil = groups.get((ck, noise, "fbil"))
+            for method, shown in METHODS.items():
+                rows = groups.get((ck, noise, method), [])
+                if not rows:
+                    continue
+                nominal = _mean(rows, "nominal")
+                nominal_text = f"{nominal:.2e}" if noise == 0 else f"{nominal:.4f}"
+                run = method != "expert"
+                secs = _mean(rows, "seconds")
+                ratio = f"{secs / _mean(fbil, 'seconds'):.1f}" if run and fbil else ""
+                own = f"{_mean(rows, 'objective'):.3f}" if method == "rbfm-heavy" else ""
+                conv = f"{sum(r['converged'] == 'True' for r in rows)}/{len(rows)}" if run else ""
+                steps = f"{_mean(rows, 'steps'):.0f}" if run else ""
+                out.append(
+                    f"| {cell} | {shown} | {len(rows)} | {nominal_text} | {_mean(rows, 'tv'):.3f} "
+                    f"| {_mean(rows, 'heavy'):.3f} | {own} | {_mean(rows, 'dist'):.2f} | {steps} "
+                    f"| {conv} | {f'{secs:.0f}' if run else ''} | {ratio} |"
+                )
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    print(table())
