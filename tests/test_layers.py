@@ -22,8 +22,8 @@ LAYERS: list[set[str]] = [
     {"evaluation"},
     {"inference", "baselines"},
     {"methods"},
-    {"policy_files"},
-    {"training", "experiments", "plots"},
+    {"policy_files", "plots"},
+    {"training", "experiments"},
     {"quickstart"},
     {"cli"},
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -106,12 +107,21 @@ def plot_nominal(groups: list[tuple[str, list[SweepRow]]], title: str, out: Path
     return _save(fig, ax, out)
 
 
+def caption_width(fig_width: float) -> int:
+    """Characters of a 7-point caption line that fit a figure `fig_width` inches wide."""
+    return max(40, int(fig_width * 16))
+
+
 def _save(fig: Figure, ax: Axes, out: Path, caption: str | None = None) -> Path:
-    """PNG at 200 dpi and an SVG beside it, with an optional caption line at the bottom."""
+    """PNG at 200 dpi and an SVG beside it, with an optional caption at the bottom,
+    wrapped to the figure's width."""
     ax.grid(alpha=0.3, axis="y" if ax.patches else "both")
+    bottom = 0.0
     if caption:
-        fig.text(0.5, 0.01, caption, ha="center", va="bottom", fontsize=7, color="0.25")
-    fig.tight_layout(rect=(0, 0.05 if caption else 0, 1, 1))
+        lines = textwrap.fill(caption, width=caption_width(fig.get_figwidth()))
+        fig.text(0.5, 0.01, lines, ha="center", va="bottom", fontsize=7, color="0.25")
+        bottom = 0.03 + 0.11 * (lines.count("\n") + 1) / fig.get_figheight()
+    fig.tight_layout(rect=(0, bottom, 1, 1))
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=200)
     fig.savefig(out.with_suffix(".svg"), metadata={"Date": None})

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import textwrap
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from rbfm.experiments.stats import (
 )
 from rbfm.experiments.table import ResultRow, read_table
 from rbfm.methods import BASELINE_METHODS, NAMES, REGISTRY, display_label
+from rbfm.plots import caption_width
 
 METHODS = NAMES
 """The paper's methods, in the paper's order."""
@@ -158,7 +160,9 @@ def _draw_panel(
 
 
 def _shared_legend(fig: Figure, axes: Iterable[Axes], ncol: int | None = None) -> None:
-    """One legend under the panels, each label once, in the order first drawn."""
+    """One legend under the panels, each label once, in the order first drawn, titled by
+    the caption that says what the lines and bands are (one box, so the layout keeps
+    room for both)."""
     handles: dict[str, Artist] = {}
     for ax in axes:
         hs, ls = ax.get_legend_handles_labels()
@@ -172,6 +176,8 @@ def _shared_legend(fig: Figure, axes: Iterable[Axes], ncol: int | None = None) -
             ncol=ncol or max(1, min(len(handles), int(fig.get_figwidth() / 1.7))),
             fontsize=8,
             frameon=False,
+            title=textwrap.fill(BAND_CAPTION, width=caption_width(fig.get_figwidth())),
+            title_fontsize=7,
         )
 
 
@@ -222,7 +228,6 @@ def grid_figure(rows: Sequence[ResultRow], domain: str, dataset: str | None = No
             if j == 0:
                 ax.set_ylabel(f"{task}\nreturn", fontsize=8)
     fig.suptitle(f"{domain} ({dataset}): return under each perturbation", fontsize=10)
-    _caption(fig, BAND_CAPTION)
     _shared_legend(fig, axes.flat)
     return fig
 
@@ -386,8 +391,9 @@ def _iqm_draw(result: IqmResult, styles: dict[str, _Style]) -> Figure:
 
 
 def _caption(fig: Figure, text: str) -> None:
-    """A caption line under the figure (inside it, so the PNG and SVG carry it)."""
-    fig.text(0.5, 0.0, text, ha="center", va="top", fontsize=7, wrap=True, color="0.25")
+    """A caption under a figure without a legend, wrapped to its width."""
+    lines = textwrap.fill(text, width=caption_width(fig.get_figwidth()))
+    fig.supxlabel(lines, fontsize=7, color="0.25")  # constrained layout keeps room for it
 
 
 def iqm_figure(
