@@ -21,6 +21,7 @@ from torch import nn
 from rbfm import EVAL_SEED
 from rbfm.atomic import atomic_write
 from rbfm.baselines import BaselineResult, as_policy, load_policy, train_baseline, write_policy
+from rbfm.baselines.common import FORMAT as POLICY_FORMAT
 from rbfm.data.demos import Demos
 from rbfm.envs import TASKS, get_perturbation
 from rbfm.errors import ConfigError
@@ -39,10 +40,21 @@ def save_z(path: str | os.PathLike[str], z: torch.Tensor, meta: dict[str, Any]) 
 
 
 def load_z(path: str | os.PathLike[str]) -> tuple[torch.Tensor, dict[str, Any]]:
+    return _task_vector(path, _read_json(path))
+
+
+def _read_json(path: str | os.PathLike[str]) -> Any:
     try:
-        data = json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: not a task-vector or policy file ({e})") from e
+
+
+def _task_vector(path: str | os.PathLike[str], data: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+    """The z and description of a parsed task-vector file, validated."""
+    try:
         z = torch.tensor(data.pop("z"), dtype=torch.float32)
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"{path}: not a task-vector file written by `rbfm infer` ({e})") from e
     if z.ndim != 1 or not torch.isfinite(z).all():
         raise ConfigError(f"{path}: the task vector must be a finite 1-d list of numbers")
@@ -73,14 +85,11 @@ def load_any(
 ) -> tuple[str, torch.Tensor | None, nn.Module | None, dict[str, Any]]:
     """A file from `rbfm infer`, whichever kind: (method, z or None, policy network or
     None, description)."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: not a task-vector or policy file ({e})") from e
-    if isinstance(data, dict) and data.get("format") == "rbfm-policy":
+    data = _read_json(path)
+    if isinstance(data, dict) and data.get("format") == POLICY_FORMAT:
         method, module, info = load_policy(path)
         return method, None, module, info
-    z, info = load_z(path)
+    z, info = _task_vector(path, data)
     return str(info.get("method", Path(path).stem)), z, None, info
 
 
