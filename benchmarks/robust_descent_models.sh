@@ -10,22 +10,14 @@ run() { # ck task noise seed name
   mkdir -p runs/robust_descent
   OMP_NUM_THREADS=1 python benchmarks/robust_descent.py --checkpoint $1 --task $2 --noise $3 --seeds $4 --methods $M --out $out && touch "$done_mark"
 }
-for seed in 0; do
-  run cheetah run 0.3 $seed cheetah_noisy
-  run walker flip 0.3 $seed walker_noisy
-  run walker:aps flip 0.3 $seed walker_aps_noisy
-  run walker:proto flip 0.3 $seed walker_proto_noisy
-  run quadruped jump 0.3 $seed quadruped_noisy
-done
-run cheetah run 0 0 cheetah_own
-run walker flip 0 0 walker_own
-run walker:aps flip 0 0 walker_aps_own
-run walker:proto flip 0 0 walker_proto_own
-run quadruped jump 0 0 quadruped_own
-for seed in 1 2; do
-  run cheetah run 0.3 $seed cheetah_noisy
-  run walker flip 0.3 $seed walker_noisy
-  run walker:aps flip 0.3 $seed walker_aps_noisy
-  run walker:proto flip 0.3 $seed walker_proto_noisy
-  run quadruped jump 0.3 $seed quadruped_noisy
-done
+every_model() { # noise seed source: one run per shipped model
+  run cheetah run $1 $2 cheetah_$3
+  run walker flip $1 $2 walker_$3
+  run walker:aps flip $1 $2 walker_aps_$3
+  run walker:proto flip $1 $2 walker_proto_$3
+  run quadruped jump $1 $2 quadruped_$3
+}
+# Seed 0 of the noisy expert first, then the own expert, then the other seeds.
+every_model 0.3 0 noisy
+every_model 0 0 own
+for seed in 1 2; do every_model 0.3 $seed noisy; done
