@@ -246,9 +246,9 @@ def test_baselines_datasets_and_eps_figures(rows: list[ResultRow]) -> None:
 
     fig = eps_figure(rows, "walker", "run", "body_mass")
     (ax,) = fig.axes
-    legend = ax.get_legend()
-    assert legend is not None
+    (legend,) = fig.legends  # under the panel, titled by the band caption
     assert [t.get_text() for t in legend.get_texts()] == ["eps=0.4", "eps=0.8"]
+    assert "Band: 95% Student-t" in legend.get_title().get_text()
     assert len(ax.lines) == 2 and len(ax.collections) == 2
     with pytest.raises(ConfigError, match="no radius"):
         eps_figure(rows, "walker", "run", "body_mass", method="fbil")

@@ -169,6 +169,10 @@ def test_plot_of_a_run(dataset: Path, tmp_path: Path) -> None:
     run = pretrain(_cfg(dataset, tmp_path / "run", 40), progress=False)
     png = plot_pretraining(run, tmp_path / "curve.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert "best IQM" in png.with_suffix(".svg").read_text()
+    titled = plot_pretraining(run, tmp_path / "titled.png", "walker, 300k updates")
+    svg = titled.with_suffix(".svg").read_text()
+    assert "walker, 300k updates" in svg and "best IQM" not in svg
 
 
 def test_cli_pipeline_from_pretraining_to_a_sweep(

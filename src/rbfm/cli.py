@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -190,7 +191,7 @@ def _cmd_plot(args: argparse.Namespace) -> None:
 
     paths = [Path(p) for p in args.inputs]
     if len(paths) == 1 and paths[0].is_dir():
-        print(f"wrote {plot_pretraining(paths[0], Path(args.out))}")
+        print(f"wrote {plot_pretraining(paths[0], Path(args.out), args.title)}")
         return
     if any(p.is_dir() for p in paths):
         raise ConfigError("plot takes one pretraining run directory, or tables from `evaluate`")
@@ -881,6 +882,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _format_warning(
+    message: Warning | str, category: type[Warning], *_: object, **__: object
+) -> str:
+    """A library warning on the command line: its text, not the source line that raised it."""
+    return f"rbfm: warning: {message}\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import rbfm
 
@@ -888,6 +896,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if given[:1] == ["render"] and rbfm.GL_DEFAULTED:
         # Before dm_control is first imported (below): it fixes its backend then.
         os.environ["MUJOCO_GL"] = "egl"
+    warnings.formatwarning = _format_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:  # bare `rbfm`: the commands and what each does

@@ -14,8 +14,9 @@ from rbfm.evaluation.sweep import SweepRow
 from rbfm.methods import REGISTRY, display_label
 
 
-def plot_pretraining(run: Path, out: Path) -> Path:
-    """IQM over all tasks and each task's mean return against updates, from eval.csv."""
+def plot_pretraining(run: Path, out: Path, title: str | None = None) -> Path:
+    """IQM over all tasks and each task's mean return against updates, from eval.csv.
+    `title` replaces the default one (the run's name, best IQM and its update)."""
     with open(run / "eval.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     if not rows:
@@ -31,10 +32,9 @@ def plot_pretraining(run: Path, out: Path) -> Path:
     ax.axvline(int(best["step"]), color="grey", ls=":", lw=1)
     ax.set_xlabel("updates")
     ax.set_ylabel("zero-shot return")
-    ax.set_title(
-        f"FB pretraining: {run.name} (best IQM {float(best['iqm']):.0f} at {int(best['step']):,})",
-        fontsize=10,
-    )
+    at = f"best IQM {float(best['iqm']):.0f} at {int(best['step']):,}"
+    default = f"FB pretraining: {run.name} ({at})"
+    ax.set_title(title or default, fontsize=10)
     ax.legend(fontsize=7, ncol=2)
     return _save(fig, ax, out)
 

@@ -345,7 +345,7 @@ def eps_figure(
     _draw_panel(ax, aggregate(mine), styles, domain, family, names)
     ax.set_ylabel("return", fontsize=8)
     ax.set_title(f"{domain}-{task} ({dataset}): {method} by radius under {family}", fontsize=9)
-    ax.legend(fontsize=8)
+    _shared_legend(fig, [ax], ncol=min(len(labels), 3))
     return fig
 
 
