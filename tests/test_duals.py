@@ -21,6 +21,8 @@ from rbfm.inference import method_config
 from rbfm.inference.rbfm_heavy import fit_critic
 from rbfm.robust import (
     DIVERGENCES,
+    InactiveBallWarning,
+    ball_inactive,
     get_divergence,
     heavy_critic_loss,
     heavy_policy_loss,
@@ -314,9 +316,10 @@ def _closed_loop(seed: int, S: int = 5, A: int = 2, n: int = 300) -> tuple[np.nd
     return loss, pair, np.roll(pair, -1)
 
 
-def _sample_primal(loss: np.ndarray, pair: np.ndarray, nxt: np.ndarray, eps: float) -> float:
+def _sample_primal(loss: np.ndarray, pair: np.ndarray, nxt: np.ndarray, eps: float | None) -> float:
     """max over weights w >= 0 on the transitions of mean(w l), under the empirical flow
-    constraints of every (s, a) pair and mean(f(w)) <= eps (SoftTV), gamma 0.99."""
+    constraints of every (s, a) pair and mean(f(w)) <= eps (SoftTV; none if eps is
+    None), gamma 0.99."""
     n, gamma = len(loss), 0.99
     w = cp.Variable(n, nonneg=True)
     div = 0.5 * cp.sum(cp.logistic(2 * (w - 1)) - (w - 1) - math.log(2)) / n
@@ -324,7 +327,8 @@ def _sample_primal(loss: np.ndarray, pair: np.ndarray, nxt: np.ndarray, eps: flo
     for k in np.unique(np.concatenate([pair, nxt])):
         out, into = (pair == k).astype(float), (nxt == k).astype(float)
         flow.append(out @ w / n == (1 - gamma) * out.mean() + gamma * (into @ w) / n)
-    problem = cp.Problem(cp.Maximize(loss @ w / n), [*flow, div <= eps])
+    ball = [] if eps is None else [div <= eps]
+    problem = cp.Problem(cp.Maximize(loss @ w / n), [*flow, *ball])
     problem.solve(solver=cp.CLARABEL)
     assert problem.status == "optimal"
     return float(problem.value)
@@ -346,3 +350,33 @@ def test_fit_critic_reaches_the_sample_primal(seed: int, eps: float, rel: float)
     )
     assert converged and tau > 0
     assert primal - 1e-4 <= value <= primal * (1 + rel)
+
+
+@pytest.mark.parametrize("name", ["soft_tv", "kl", "chi2"])
+def test_largest_divergence_is_that_of_a_point_mass(name: str) -> None:
+    div, n = get_divergence(name), 7
+    largest = div.largest(n)
+
+    def d_f(q: np.ndarray) -> float:  # D_f(q || uniform) = mean f(n q)
+        return float(div.f(torch.tensor(n * q, dtype=torch.float64)).mean())
+
+    assert largest == pytest.approx(d_f(np.eye(n)[0]), rel=1e-12)
+    qs = np.random.default_rng(0).dirichlet(np.full(n, 0.3), size=2000)
+    assert max(d_f(q) for q in qs) < largest
+    assert {"soft_tv": 0.7169, "kl": math.log(10**6), "chi2": 10**6 - 1}[name] == pytest.approx(
+        div.largest(10**6), rel=1e-4
+    )
+
+
+def test_the_soft_tv_ball_at_the_papers_eps_constrains_nothing() -> None:
+    """At eps 0.8 >= SoftTV's largest divergence on 300 samples (0.713), the robust
+    primal equals the worst case under the flow constraints alone, and RBFM-Heavy says
+    so; at eps 0.05 the ball binds."""
+    loss, pair, nxt = _closed_loop(0)
+    flow_only = _sample_primal(loss, pair, nxt, None)
+    assert _sample_primal(loss, pair, nxt, 0.8) == pytest.approx(flow_only, rel=1e-5)
+    assert _sample_primal(loss, pair, nxt, 0.05) < flow_only - 1e-3
+    div = get_divergence("soft_tv")
+    with pytest.warns(InactiveBallWarning, match="eps 0.8 is at least 0.713"):
+        assert ball_inactive("test", div, 0.8, len(loss))
+    assert not ball_inactive("test", div, 0.7, len(loss))

@@ -26,6 +26,7 @@ from rbfm.errors import unknown
 from rbfm.robust.divergences import Divergence, get_divergence
 from rbfm.robust.duals import (
     MIN_TAU,
+    ball_inactive,
     check_heavy,
     heavy_critic_loss,
     heavy_policy_loss,
@@ -138,6 +139,7 @@ def train(
     run = setup(demos, obs_dim, action_dim, seed, device)
     start, dev, data, gen = run.start, run.device, run.data, run.gen
     divergence = get_divergence(cfg.divergence)
+    ball_inactive("be-droil", divergence, cfg.eps, len(data["observation"]))
     with seeded(seed):  # the initial weights, without reseeding the caller's generator
         policy = TanhGaussianPolicy(obs_dim, action_dim, cfg.hidden).to(dev)
         q = mlp(obs_dim + action_dim, cfg.hidden, 1, nn.ReLU).to(dev)

@@ -43,7 +43,13 @@ from rbfm.inference.fbil import (
 )
 from rbfm.inference.fbil import PAPER as FBIL_PAPER
 from rbfm.robust.divergences import Divergence, get_divergence
-from rbfm.robust.duals import MIN_TAU, check_heavy, heavy_critic_loss, heavy_residual
+from rbfm.robust.duals import (
+    MIN_TAU,
+    ball_inactive,
+    check_heavy,
+    heavy_critic_loss,
+    heavy_residual,
+)
 from rbfm.seeding import seeded
 
 TAU_PARAMS = ("floor", "log", "raw")
@@ -224,10 +230,11 @@ def infer(
     model: FBModel, demos: Demos, cfg: HeavyConfig, seed: int, progress: bool = False
 ) -> InferenceResult:
     data = prepare(model, demos, cfg.bf16)
+    inactive = ball_inactive("rbfm-heavy", get_divergence(cfg.divergence), cfg.eps, len(data.obs))
     start, info = robust_start(model, data, cfg, cfg.start, seed, progress)
     descent = _heavy_descent(model, data, cfg, seed, start)
     result = descend(model, data, cfg, seed, progress, "rbfm-heavy", descent, start)
-    result.extra.update(info)
+    result.extra.update(info, ball_inactive=float(inactive))
     return result
 
 

@@ -4,6 +4,8 @@ TV-ball dual and RBFM-Heavy's f-ball dual. Shared by the FB inference methods
 
 from rbfm.robust.divergences import DIVERGENCES, Divergence, get_divergence
 from rbfm.robust.duals import (
+    InactiveBallWarning,
+    ball_inactive,
     check_heavy,
     heavy_critic_loss,
     heavy_policy_loss,
@@ -16,6 +18,8 @@ from rbfm.robust.duals import (
 __all__ = [
     "DIVERGENCES",
     "Divergence",
+    "InactiveBallWarning",
+    "ball_inactive",
     "check_heavy",
     "get_divergence",
     "heavy_critic_loss",

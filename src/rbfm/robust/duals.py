@@ -17,6 +17,7 @@ the sign of f flipped; this is the equation of Section 3.2.)
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -122,6 +123,31 @@ def heavy_policy_loss(
 ) -> torch.Tensor:
     """E[sg(w*) l]: the imitation loss under the worst-case occupancy."""
     return _mean(w.detach() * loss, weights)
+
+
+class InactiveBallWarning(UserWarning):
+    """The f-ball's radius reaches the largest divergence any distribution on the samples
+    has (`Divergence.largest`): the ball constrains nothing."""
+
+
+def ball_inactive(owner: str, divergence: Divergence, eps: float, n: int) -> bool:
+    """Whether the f-ball of radius eps around n equally weighted transitions holds every
+    distribution on them, with an `InactiveBallWarning` when it does. Then the robust
+    problem's optimal tau is 0 and its worst case is limited only by the Bellman-flow
+    constraints the critic can express: SoftTV at the paper's eps = 0.8 is such a case
+    (every distribution is within 0.717), so eps 0.8 and 1.0 pose the same problem."""
+    largest = divergence.largest(n)
+    if eps < largest:
+        return False
+    warnings.warn(
+        f"{owner}: eps {eps:g} is at least {largest:.3f}, the largest {divergence.name} "
+        f"divergence of any distribution on these transitions: the ball holds every "
+        f"distribution and only the Bellman-flow constraints bound the worst case "
+        f"(a smaller eps makes the radius count)",
+        InactiveBallWarning,
+        stacklevel=3,
+    )
+    return True
 
 
 def check_heavy(owner: str, eps: float, gamma: float, divergence: str, tau_init: float) -> None:
