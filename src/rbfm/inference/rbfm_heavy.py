@@ -169,7 +169,9 @@ class Critic(nn.Module):
         q_s = self.value(feat)
         c = heavy_residual(losses, q_s, self.value(next_feat), cfg.gamma)
         tau = self.tau(divergence.tau_floor(c), project)
-        value, w = heavy_critic_loss(self.value(init_feat), c, tau, cfg.eps, cfg.gamma, divergence)
+        # Every state an initial one (the full set): Q(s0, a0) is Q(s, a), computed once.
+        q0 = q_s if init_feat is feat else self.value(init_feat)
+        value, w = heavy_critic_loss(q0, c, tau, cfg.eps, cfg.gamma, divergence)
         return value, w, tau.detach()
 
 
