@@ -1,17 +1,19 @@
-"""Markdown table of docs/inference/converged/*.csv (made by
-benchmarks/robust_descent_models.sh): mean over seeds per (model, expert source, method).
+"""Markdown table of a folder of benchmarks/robust_descent.py CSVs (made by
+benchmarks/robust_descent_models.sh): mean over seeds per (model, expert source, method),
+and on how many seeds each robust method's own objective is below FB-IL's z's.
 
-    python benchmarks/robust_descent_table.py
+    python benchmarks/robust_descent_table.py [DIR]   # default: docs/inference/exact
 """
 
 from __future__ import annotations
 
 import csv
 import statistics
+import sys
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent / "docs" / "inference" / "converged"
+ROOT = Path(__file__).resolve().parent.parent / "docs" / "inference" / "exact"
 CELLS = {
     "cheetah": "cheetah run",
     "walker": "walker flip",
@@ -26,19 +28,20 @@ METHODS = {
     "rbfm-heavy": "RBFM-Heavy",
 }
 HEADER = (
-    "| model / task | method | seeds | nominal | TV-0.8 | Heavy dual (refit) | Heavy own "
-    "| ‖z - z_e‖ | evals/steps | converged | s | x FB-IL s |\n"
+    "| model / task | method | seeds | nominal | TV-0.8 | Heavy (exact) | ‖z - z_e‖ "
+    "| evals/steps | converged | s | x FB-IL s | own objective < FB-IL's |\n"
     "|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
+OWN = {"rbfm-light": "tv", "rbfm-heavy": "heavy"}  # each robust method's own objective
 
 
 def _mean(rows: list[dict[str, str]], key: str) -> float:
     return statistics.mean(float(r[key]) for r in rows)
 
 
-def table() -> str:
+def table(root: Path) -> str:
     runs: dict[tuple[str, str, str], list[dict[str, str]]] = defaultdict(list)
-    for path in sorted(ROOT.glob("*.csv")):
+    for path in sorted(root.glob("*.csv")):
         with path.open() as f:
             for r in csv.DictReader(f):
                 runs[(r["checkpoint"], r["noise"], r["seed"])].append(r)
@@ -63,16 +66,25 @@ def table() -> str:
                 run = method != "expert"
                 secs = _mean(rows, "seconds")
                 ratio = f"{secs / _mean(fbil, 'seconds'):.1f}" if run and fbil else ""
-                own = f"{_mean(rows, 'objective'):.3f}" if method == "rbfm-heavy" else ""
                 conv = f"{sum(r['converged'] == 'True' for r in rows)}/{len(rows)}" if run else ""
                 steps = f"{_mean(rows, 'steps'):.0f}" if run else ""
                 out.append(
                     f"| {cell} | {shown} | {len(rows)} | {nominal_text} | {_mean(rows, 'tv'):.3f} "
-                    f"| {_mean(rows, 'heavy'):.3f} | {own} | {_mean(rows, 'dist'):.2f} | {steps} "
-                    f"| {conv} | {f'{secs:.0f}' if run else ''} | {ratio} |"
+                    f"| {_mean(rows, 'heavy'):.3f} | {_mean(rows, 'dist'):.2f} | {steps} "
+                    f"| {conv} | {f'{secs:.0f}' if run else ''} | {ratio} "
+                    f"| {_below(rows, fbil or [], OWN.get(method))} |"
                 )
     return "\n".join(out) + "\n"
 
 
+def _below(rows: list[dict[str, str]], fbil: list[dict[str, str]], key: str | None) -> str:
+    """On how many seeds the method's own objective is below FB-IL's z's (by > 1e-4)."""
+    if key is None:
+        return ""
+    ref = {r["seed"]: float(r[key]) for r in fbil}
+    wins = sum(float(r[key]) < ref[r["seed"]] - 1e-4 for r in rows if r["seed"] in ref)
+    return f"{wins}/{len(rows)}"
+
+
 if __name__ == "__main__":
-    print(table())
+    print(table(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT))

@@ -66,9 +66,12 @@ def prepare(model: FBModel, demos: Demos, bf16: bool = False) -> Prepared:
         )
     device = next(model.parameters()).device
     t = {k: torch.as_tensor(v, device=device) for k, v in demos.transitions().items()}
-    actor = model.actor
+    # A frozen copy: inference differentiates only z (and a method's own variables);
+    # with the model's trainable actor every backward pass also computed the gradients
+    # of all its weights, wasted work of the pass's own size.
+    actor = copy.deepcopy(model.actor).requires_grad_(False)
     if bf16:
-        actor = copy.deepcopy(actor).to(torch.bfloat16).requires_grad_(False)
+        actor = actor.to(torch.bfloat16)
     actor_obs = t["observation"].to(next(actor.parameters()).dtype)
     with torch.no_grad():
         s_embed = actor.embed_state(actor_obs)

@@ -55,7 +55,9 @@ class FBILConfig:
       the best iterate returned.
     """
 
-    steps: int = 3000  # the cap (the paper: the exact number of steps)
+    # The cap (the paper: the exact number of steps). L-BFGS counts loss evaluations and
+    # stops its iterations there; a line search under way finishes (at most 25 more).
+    steps: int = 3000
     # FB-IL's own descent (and the robust methods' FB-IL start): "lbfgs" or "adam".
     solver: str = "lbfgs"
     lr: float = 1e-2
@@ -291,6 +293,7 @@ def lbfgs(
     bar = tqdm(total=cfg.steps, desc="fbil", unit="eval", disable=not progress, leave=False)
     while evals < cfg.steps:
         before = evals
+        budget(opt, cfg.patience, cfg.steps - evals)
         opt.step(closure)
         bar.update(evals - before)
         now = value()
@@ -306,6 +309,13 @@ def lbfgs(
     result.z, result.objective = z, value()
     result.steps, result.seconds = evals, time.perf_counter() - data.started
     return result
+
+
+def budget(opt: torch.optim.Optimizer, patience: int, left: int) -> None:
+    """An L-BFGS round of `patience` iterations, within the `left` loss evaluations."""
+    for group in opt.param_groups:
+        group["max_iter"] = max(1, min(patience, left))
+        group["max_eval"] = max(1, left)
 
 
 def infer(

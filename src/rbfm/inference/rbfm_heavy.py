@@ -32,6 +32,7 @@ from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError
 from rbfm.fb.model import FBModel
 from rbfm.inference.common import InferenceResult, Prepared, full_losses, prepare
+from rbfm.inference.continuation import smoothed_descent
 from rbfm.inference.convergence import Plateau
 from rbfm.inference.fbil import (
     FULL_BATCH_MAX,
@@ -50,9 +51,11 @@ from rbfm.robust.duals import (
     heavy_critic_loss,
     heavy_residual,
 )
+from rbfm.robust.flow_lp import FlowLP, flow_smoothed, flow_worst_case
 from rbfm.seeding import seeded
 
 TAU_PARAMS = ("floor", "log", "raw")
+CRITICS = ("linear", "mlp")
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,15 @@ class HeavyConfig(FBILConfig):
     # The function class is the same (one more bias); only the parametrisation changes.
     critic_shift: bool = True
     start: str = "fbil"  # "fbil": from FB-IL's converged z (`fbil.robust_start`); "warm": z_w
+    # "linear": Q linear in F(s, a, z_w) (and a constant), the class FB's own Q-functions
+    # Q_r = F^T z_r belong to; the minimum over (Q, tau) is then a linear program solved
+    # exactly (`robust.flow_lp`), every step. "mlp": the paper's MLP critic, fitted by Adam
+    # jointly with z (its fits spread 2-7% over seeds at a fixed z: docs/inference.md).
+    critic: str = "linear"
+    # The smoothed L-BFGS descent (linear critic, solver "lbfgs", the ball inactive):
+    # its first temperature, relative to the mean loss at the start, / 3 at each stage.
+    smoothing: float = 0.3
+    stages: int = 6
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -82,6 +94,23 @@ class HeavyConfig(FBILConfig):
         in_range("HeavyConfig", "hidden", self.hidden, 1, integer=True)
         in_range("HeavyConfig", "critic_lr", self.critic_lr, 0, 1, open_low=True)
         in_range("HeavyConfig", "tau_lr", self.tau_lr, 0, 10, open_low=True)
+        in_range("HeavyConfig", "smoothing", self.smoothing, 0, 100, open_low=True)
+        in_range("HeavyConfig", "stages", self.stages, 1, 30, integer=True)
+        if self.critic == "mlp" and self.solver != "adam":
+            raise ConfigError(
+                "HeavyConfig critic: the 'mlp' critic is fitted jointly with z by Adam, so "
+                f"it needs solver 'adam' (got {self.solver!r})"
+            )
+        if self.critic not in CRITICS:
+            raise ConfigError(
+                f"HeavyConfig critic: {self.critic!r} is not one of {', '.join(CRITICS)}"
+            )
+        if self.critic == "linear" and self.batch_size:
+            raise ConfigError(
+                "HeavyConfig critic: 'linear' solves the worst case over every transition "
+                f"at each step, so it needs batch_size 0 (got {self.batch_size}); the "
+                "'mlp' critic takes minibatches"
+            )
         if self.tau_param not in TAU_PARAMS:
             raise ConfigError(
                 f"HeavyConfig tau_param: {self.tau_param!r} is not one of {', '.join(TAU_PARAMS)}"
@@ -97,6 +126,7 @@ PAPER = {
     "tau_param": "raw",
     "critic_shift": False,
     "start": "warm",
+    "critic": "mlp",
 }
 
 
@@ -232,12 +262,76 @@ def infer(
     model: FBModel, demos: Demos, cfg: HeavyConfig, seed: int, progress: bool = False
 ) -> InferenceResult:
     data = prepare(model, demos, cfg.bf16)
-    inactive = ball_inactive("rbfm-heavy", get_divergence(cfg.divergence), cfg.eps, len(data.obs))
+    divergence = get_divergence(cfg.divergence)
+    inactive = ball_inactive("rbfm-heavy", divergence, cfg.eps, len(data.obs))
     start, info = robust_start(model, data, cfg, cfg.start, seed, progress)
-    descent = _heavy_descent(model, data, cfg, seed, start)
+    if cfg.critic == "mlp":
+        descent = _heavy_descent(model, data, cfg, seed, start)
+    else:
+        lp = FlowLP(*features(model, data), cfg.gamma, cfg.eps, divergence)
+        if cfg.solver == "lbfgs" and not lp.ball:
+            result = _smoothed(model, data, cfg, lp, data.z_w if start is None else start, progress)
+            result.extra.update(info, ball_inactive=1.0)
+            return result
+        descent = _linear_descent(data, lp)
     result = descend(model, data, cfg, seed, progress, "rbfm-heavy", descent, start)
     result.extra.update(info, ball_inactive=float(inactive))
     return result
+
+
+def _smoothed(
+    model: FBModel,
+    data: Prepared,
+    cfg: HeavyConfig,
+    lp: FlowLP,
+    start: torch.Tensor,
+    progress: bool,
+) -> InferenceResult:
+    """The default descent where the ball constrains nothing:
+    `continuation.smoothed_descent` on `flow_lp.flow_smoothed` in (z, beta), the LP's
+    exact value tracked after each stage."""
+    feat, next_feat = features(model, data)
+    beta = torch.zeros(feat.shape[-1], device=feat.device, requires_grad=True)
+
+    def exact(z: torch.Tensor) -> float:
+        return lp.solve(full_losses(data, z, model.radius, FULL_BATCH_MAX))[0]
+
+    return smoothed_descent(
+        model,
+        data,
+        start,
+        "rbfm-heavy",
+        lambda losses, t: flow_smoothed(losses, beta, feat, next_feat, cfg.gamma, t),
+        [beta],
+        exact,
+        smoothing=cfg.smoothing,
+        stages=cfg.stages,
+        steps=cfg.steps,
+        patience=cfg.patience,
+        tol=cfg.tol,
+        atol=cfg.atol,
+        progress=progress,
+    )
+
+
+def _linear_descent(data: Prepared, lp: FlowLP) -> Descent:
+    """The worst case for the linear critic, exact at every step (`robust.flow_lp`): z
+    descends by Adam on max_w mean(w l_z) with the worst-case weights w of its current
+    losses, as RBFM-Light's paper descent does on its TV worst case; no critic is fitted.
+    (Solver 'adam', or where the f-ball binds: `flow_smoothed` has no ball.)"""
+    last: dict[str, torch.Tensor] = {}
+
+    def objective(
+        losses: torch.Tensor, _: torch.Tensor | None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        value, w = flow_worst_case(losses, lp)
+        last.update(mean_w=w.mean(), max_w=w.max())
+        return value, {}
+
+    def snapshot() -> dict[str, float]:
+        return {k: float(v) for k, v in last.items()}
+
+    return Descent(objective, snapshot=snapshot)
 
 
 def fit_critic(
@@ -248,12 +342,17 @@ def fit_critic(
     seed: int = 0,
 ) -> tuple[float, float, int, bool]:
     """D minimised over (Q, tau) for fixed per-transition losses, on every transition
-    (every state an initial one), by Adam with `cfg`'s step sizes and stopping rule:
-    (value, tau, steps, converged). The value bounds the f-ball worst case of the losses
-    from above (weak duality, at any (Q, tau)), so it is a certificate, +inf where no
-    finite tau was reached. Used for RBFM-Heavy's objective at a given z and for the
-    Heavy certificates of any policy (`feat`: F features, or raw (s, a) pairs)."""
+    (every state an initial one): (value, tau, steps, converged). The linear critic's
+    minimum is solved exactly (`robust.flow_lp`, no steps); the MLP's is fitted by Adam
+    with `cfg`'s step sizes and stopping rule. Either value bounds the f-ball worst case
+    of the losses from above (weak duality, at any (Q, tau)), so it is a certificate, +inf
+    where no finite tau was reached. Used for RBFM-Heavy's objective at a given z and for
+    the Heavy certificates of any policy (`feat`: F features, or raw (s, a) pairs)."""
     losses = losses.detach()
+    if cfg.critic == "linear":  # exact: no steps
+        lp = FlowLP(feat, next_feat, cfg.gamma, cfg.eps, get_divergence(cfg.divergence))
+        value, _ = lp.solve(losses)
+        return value, lp.tau(), 0, True
     critic = Critic(feat.shape[-1], cfg, seed, feat.device, float(losses.mean()))
     return _fit(critic, torch.optim.Adam(critic.param_groups(cfg)), losses, feat, next_feat, cfg)
 

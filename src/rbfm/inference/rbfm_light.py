@@ -1,9 +1,13 @@
 """RBFM-Light (Section 3.1, Proposition 2, Algorithm 2).
 
-Per batch: imitation losses l_i; the dual variable lambda minimised exactly (the
-objective is convex piecewise linear in it, solved by sorting the losses); a
-gradient step on z of g(lambda*) = the worst case of E[l] over a TV ball of radius
-eps_l around the demonstrations' state distribution.
+The objective: g(lambda*) = the worst case of E[l] over a TV ball of radius eps_l around
+the demonstrations' state distribution, lambda* exact (g is convex piecewise linear in
+it, minimised by sorting the losses).
+
+Default settings (`solver="lbfgs"`): from FB-IL's z, L-BFGS on g smoothed at decreasing
+temperatures, jointly in z and lambda (`continuation`), the exact worst case tracked
+after each stage. Paper settings (`solver="adam"`): per batch, the losses, lambda*, and
+an Adam step on z of g(lambda*) (Algorithm 2).
 """
 
 from __future__ import annotations
@@ -15,10 +19,18 @@ import torch
 from rbfm.checks import in_range
 from rbfm.data.demos import Demos
 from rbfm.fb.model import FBModel
-from rbfm.inference.common import InferenceResult, prepare
+from rbfm.inference.common import InferenceResult, Prepared, full_losses, prepare
+from rbfm.inference.continuation import smoothed_descent
+from rbfm.inference.fbil import (
+    FULL_BATCH_MAX,
+    Descent,
+    FBILConfig,
+    check_start,
+    descend,
+    robust_start,
+)
 from rbfm.inference.fbil import PAPER as FBIL_PAPER
-from rbfm.inference.fbil import Descent, FBILConfig, check_start, descend, robust_start
-from rbfm.robust.duals import light_objective
+from rbfm.robust.duals import light_objective, light_smoothed
 
 
 @dataclass(frozen=True)
@@ -27,12 +39,18 @@ class LightConfig(FBILConfig):
 
     eps: float = 0.8
     start: str = "fbil"  # "fbil": from FB-IL's converged z (`fbil.robust_start`); "warm": z_w
+    # The smoothed L-BFGS descent (solver "lbfgs", `continuation`): its first temperature,
+    # relative to the mean loss at the start, divided by 3 at each of at most `stages`.
+    smoothing: float = 0.3
+    stages: int = 6
 
     def __post_init__(self) -> None:
         super().__post_init__()
         # The adversary moves at most all the mass: beyond 1 the worst case no longer grows.
         in_range("LightConfig", "eps", self.eps, 0, 1)
         check_start("LightConfig", self.start)
+        in_range("LightConfig", "smoothing", self.smoothing, 0, 100, open_low=True)
+        in_range("LightConfig", "stages", self.stages, 1, 30, integer=True)
 
 
 PAPER = {**FBIL_PAPER, "steps": 5000, "lr": 5e-4, "start": "warm"}
@@ -49,6 +67,40 @@ def infer(
 
     data = prepare(model, demos, cfg.bf16)
     start, info = robust_start(model, data, cfg, cfg.start, seed, progress)
-    result = descend(model, data, cfg, seed, progress, "rbfm-light", Descent(worst_case), start)
+    if cfg.solver == "lbfgs":
+        result = _smoothed(model, data, cfg, data.z_w if start is None else start, progress)
+    else:
+        result = descend(model, data, cfg, seed, progress, "rbfm-light", Descent(worst_case), start)
     result.extra.update(info)
     return result
+
+
+def _smoothed(
+    model: FBModel, data: Prepared, cfg: LightConfig, start: torch.Tensor, progress: bool
+) -> InferenceResult:
+    """The default descent: `continuation.smoothed_descent` on `duals.light_smoothed`,
+    lambda started at its exact value at the start."""
+
+    def exact(z: torch.Tensor) -> float:
+        return float(
+            light_objective(full_losses(data, z, model.radius, FULL_BATCH_MAX), cfg.eps)[0]
+        )
+
+    _, lam0 = light_objective(full_losses(data, start, model.radius, FULL_BATCH_MAX), cfg.eps)
+    lam = lam0.detach().clone().requires_grad_(True)
+    return smoothed_descent(
+        model,
+        data,
+        start,
+        "rbfm-light",
+        lambda losses, t: light_smoothed(losses, lam, cfg.eps, t),
+        [lam],
+        exact,
+        smoothing=cfg.smoothing,
+        stages=cfg.stages,
+        steps=cfg.steps,
+        patience=cfg.patience,
+        tol=cfg.tol,
+        atol=cfg.atol,
+        progress=progress,
+    )
