@@ -41,7 +41,7 @@ def _mean(rows: list[dict[str, str]], key: str) -> float:
 
 def table(root: Path) -> str:
     runs: dict[tuple[str, str, str], list[dict[str, str]]] = defaultdict(list)
-    for path in sorted(root.glob("*.csv")):
+    for path in sorted(p for p in root.glob("*.csv") if "_long_" not in p.name):
         with path.open() as f:
             for r in csv.DictReader(f):
                 runs[(r["checkpoint"], r["noise"], r["seed"])].append(r)
@@ -77,6 +77,31 @@ def table(root: Path) -> str:
     return "\n".join(out) + "\n"
 
 
+def long_table(root: Path) -> str:
+    """Seed 0 of the noisy expert: each robust method's default result against the long
+    reference run (another solver, much longer) on its own objective."""
+    out = [
+        "| model / task | method | default | long reference | default / long | long s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for ck, cell in CELLS.items():
+        stem = ck.replace(":", "_")
+        rows: list[dict[str, str]] = []
+        for name in (f"{stem}_noisy_s0.csv", f"{stem}_long_s0.csv"):
+            if (root / name).exists():
+                with (root / name).open() as f:
+                    rows += list(csv.DictReader(f))
+        for method, key in OWN.items():
+            mine = {r["settings"]: r for r in rows if r["method"] == method}
+            if {"default", "long"} <= set(mine):
+                d, lg = float(mine["default"][key]), float(mine["long"][key])
+                out.append(
+                    f"| {cell} | {METHODS[method]} ({key}) | {d:.4f} | {lg:.4f} "
+                    f"| {d / lg:.3f} | {float(mine['long']['seconds']):.0f} |"
+                )
+    return "\n".join(out) + "\n"
+
+
 def _below(rows: list[dict[str, str]], fbil: list[dict[str, str]], key: str | None) -> str:
     """On how many seeds the method's own objective is below FB-IL's z's (by > 1e-4)."""
     if key is None:
@@ -87,4 +112,7 @@ def _below(rows: list[dict[str, str]], fbil: list[dict[str, str]], key: str | No
 
 
 if __name__ == "__main__":
-    print(table(Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT))
+    root = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT
+    print(table(root))
+    print("\n**long references (noisy expert, seed 0)**\n")
+    print(long_table(root))

@@ -1,22 +1,24 @@
 """RBFM-Heavy (Section 3.2, Algorithm 3 with the critic loss of Section 3.2).
 
-A critic Q(s, a) = MLP(64, 64) on the frozen features F(s, a, z_w) (both heads,
-concatenated) and tau >= 0 minimise the dual
+A critic Q(s, a) on the frozen features F(s, a, z_w) (both heads, concatenated) and
+tau >= 0 minimise the dual
     D(z, Q, tau) = (1 - gamma) E_mu[Q(s0, a0)] + eps tau + E[w* c - tau f(w*)],
 c = l_z(s) + gamma Q(s', a') - Q(s, a), w* = max(0, (f')^{-1}(c / tau)); z minimises
-E[sg(w*) l_z(s)]. By Danskin's theorem that is z's gradient of D itself, so the
-paper's alternation (critic step, then z step with the critic step's w*, both Adam)
-is one Adam step on D over (z, Q, tau) together, and RBFM-Heavy minimises D jointly:
-min over z of the worst case is min over z of min over (Q, tau) of D. Every
-demonstration state is an initial state (mu). The features do not depend on z, so
-they are computed once; each step costs one actor pass, like FB-IL.
+min over (Q, tau) of D, the worst case of the imitation loss over the occupancies the
+critic's Bellman-flow constraints and the f-ball allow. Every demonstration state is an
+initial state (mu). The features do not depend on z, so they are computed once.
 
-D is +inf where some c / tau reaches the end of f''s range (SoftTV: 1/2); before each
-evaluation tau is raised to `Divergence.tau_floor(c)`, the projection onto where D is
-finite (the paper's code clamps c / tau instead, which reports a finite value where
-the true one is infinite). In the default settings tau is optimised on a log scale
-with its own step size: the paper's raw tau at lr 3e-4 moves by at most ~1.5 in 5,000
-steps.
+Two critics (`HeavyConfig.critic`):
+- linear in F (the default where the ball constrains nothing, as SoftTV's at the
+  paper's eps 0.8 does): the minimum over (Q, tau) is a linear program, solved exactly
+  (`robust.flow_lp`); z descends by L-BFGS on its smoothed form jointly with the
+  critic's weights (`continuation`), the LP's exact value tracked after each stage.
+- the paper's MLP(64, 64): by Danskin's theorem z's gradient of D is E[sg(w*) dl], so the
+  paper's alternation (critic step, then z step with the critic step's w*) is one Adam
+  step on D over (z, Q, tau) together. D is +inf where some c / tau reaches the end of
+  f''s range (SoftTV: 1/2); tau is kept above `Divergence.tau_floor(c)` (the paper's
+  code clamps c / tau instead, which reports a finite value where the true one is
+  infinite), at the default settings as floor + exp(theta) with its own step size.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ from rbfm.robust.flow_lp import FlowLP, flow_smoothed, flow_worst_case
 from rbfm.seeding import seeded
 
 TAU_PARAMS = ("floor", "log", "raw")
-CRITICS = ("linear", "mlp")
+CRITICS = ("auto", "linear", "mlp")
 
 
 @dataclass(frozen=True)
@@ -79,9 +81,13 @@ class HeavyConfig(FBILConfig):
     start: str = "fbil"  # "fbil": from FB-IL's converged z (`fbil.robust_start`); "warm": z_w
     # "linear": Q linear in F(s, a, z_w) (and a constant), the class FB's own Q-functions
     # Q_r = F^T z_r belong to; the minimum over (Q, tau) is then a linear program solved
-    # exactly (`robust.flow_lp`), every step. "mlp": the paper's MLP critic, fitted by Adam
-    # jointly with z (its fits spread 2-7% over seeds at a fixed z: docs/inference.md).
-    critic: str = "linear"
+    # exactly (`robust.flow_lp`). "mlp": the paper's MLP critic, fitted by Adam jointly
+    # with z (its fits spread 2-7% over seeds at a fixed z: docs/inference.md). "auto":
+    # linear where the f-ball constrains nothing (`duals.ball_inactive`: SoftTV at
+    # eps >= 0.717, the paper's 0.8 included), else the MLP: where the ball binds, the
+    # exact program (`FlowLP` with tangents) took 17-58 s a solve on 3,996 transitions,
+    # too slow to solve at every step.
+    critic: str = "auto"
     # The smoothed L-BFGS descent (linear critic, solver "lbfgs", the ball inactive):
     # its first temperature, relative to the mean loss at the start, / 3 at each stage.
     smoothing: float = 0.3
@@ -96,11 +102,6 @@ class HeavyConfig(FBILConfig):
         in_range("HeavyConfig", "tau_lr", self.tau_lr, 0, 10, open_low=True)
         in_range("HeavyConfig", "smoothing", self.smoothing, 0, 100, open_low=True)
         in_range("HeavyConfig", "stages", self.stages, 1, 30, integer=True)
-        if self.critic == "mlp" and self.solver != "adam":
-            raise ConfigError(
-                "HeavyConfig critic: the 'mlp' critic is fitted jointly with z by Adam, so "
-                f"it needs solver 'adam' (got {self.solver!r})"
-            )
         if self.critic not in CRITICS:
             raise ConfigError(
                 f"HeavyConfig critic: {self.critic!r} is not one of {', '.join(CRITICS)}"
@@ -265,7 +266,7 @@ def infer(
     divergence = get_divergence(cfg.divergence)
     inactive = ball_inactive("rbfm-heavy", divergence, cfg.eps, len(data.obs))
     start, info = robust_start(model, data, cfg, cfg.start, seed, progress)
-    if cfg.critic == "mlp":
+    if critic_kind(cfg, len(data.obs)) == "mlp":
         descent = _heavy_descent(model, data, cfg, seed, start)
     else:
         lp = FlowLP(*features(model, data), cfg.gamma, cfg.eps, divergence)
@@ -277,6 +278,15 @@ def infer(
     result = descend(model, data, cfg, seed, progress, "rbfm-heavy", descent, start)
     result.extra.update(info, ball_inactive=float(inactive))
     return result
+
+
+def critic_kind(cfg: HeavyConfig, n: int) -> str:
+    """The critic RBFM-Heavy uses on n transitions: `cfg.critic`, "auto" resolved (linear
+    where the ball constrains nothing and every transition is in each step, else MLP)."""
+    if cfg.critic != "auto":
+        return cfg.critic
+    inactive = cfg.eps >= get_divergence(cfg.divergence).largest(n)
+    return "linear" if inactive and not cfg.batch_size else "mlp"
 
 
 def _smoothed(
@@ -349,7 +359,7 @@ def fit_critic(
     where no finite tau was reached. Used for RBFM-Heavy's objective at a given z and for
     the Heavy certificates of any policy (`feat`: F features, or raw (s, a) pairs)."""
     losses = losses.detach()
-    if cfg.critic == "linear":  # exact: no steps
+    if critic_kind(cfg, len(losses)) == "linear":  # exact: no steps
         lp = FlowLP(feat, next_feat, cfg.gamma, cfg.eps, get_divergence(cfg.divergence))
         value, _ = lp.solve(losses)
         return value, lp.tau(), 0, True
