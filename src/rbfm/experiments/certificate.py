@@ -6,8 +6,11 @@ methods optimise.
   distribution. `duals.light_worst_case` solves it exactly: the value is the worst case.
 - `heavy`: RBFM-Heavy's / BE-DROIL's set, occupancies realisable under some dynamics
   within f-divergence eps of the demonstrations'. The dual (Section 3.2) is minimised over
-  a critic Q and tau on every transition by `rbfm_heavy.fit_critic` (RBFM-Heavy's default
-  solver, with tau kept where the dual is finite); the number reported is its value there.
+  a critic Q and tau on every transition by `rbfm_heavy.fit_critic` with RBFM-Heavy's
+  default critic: exactly, as a linear program, where the ball constrains nothing (the
+  critic linear in the features; SoftTV radii >= 0.717), else by fitting the MLP critic
+  (tau kept where the dual is finite, at most `steps` steps); the number reported is
+  its value there.
   By weak duality the dual at any (Q, tau) bounds the worst case from above for the
   demonstrations' own chain of transitions, whose next pairs are its current pairs
   shifted by one step (exactly so but for the trajectories' ends); it is the quantity
