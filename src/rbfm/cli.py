@@ -126,12 +126,7 @@ def _cmd_zero_shot(args: argparse.Namespace) -> None:
     _check_out(args.out)
     model, meta = load_checkpoint(args.checkpoint, device=args.device)
     domain = meta["domain"]
-    tasks = args.task or list(TASKS[domain])
-    unknown_tasks = [t for t in tasks if t not in TASKS[domain]]
-    if unknown_tasks:
-        raise ConfigError(
-            f"unknown {domain} task {unknown_tasks[0]!r}; valid: {', '.join(TASKS[domain])}"
-        )
+    tasks = _check_tasks(domain, args.task or list(TASKS[domain]))
     task_z, source = task_vectors(
         model, meta, tasks, args.checkpoint, args.dataset, args.seed, progress=True
     )
@@ -184,6 +179,18 @@ def _cmd_zero_shot(args: argparse.Namespace) -> None:
         print(f"wrote {args.out}")
 
 
+def _check_tasks(domain: str, tasks: list[str]) -> list[str]:
+    """`tasks` if each is one of the domain's, else a ConfigError naming the valid ones."""
+    from rbfm.envs import TASKS
+
+    for task in tasks:
+        if task not in TASKS[domain]:
+            raise ConfigError(
+                f"--task: unknown {domain} task {task!r}; valid: {', '.join(TASKS[domain])}"
+            )
+    return tasks
+
+
 def _cmd_plot(args: argparse.Namespace) -> None:
     from rbfm.envs import get_perturbation
     from rbfm.evaluation.sweep import read_csv
@@ -216,7 +223,6 @@ def _cmd_plot(args: argparse.Namespace) -> None:
 
 
 def _cmd_demos(args: argparse.Namespace) -> None:
-    from rbfm.envs import TASKS
     from rbfm.evaluation import mean_ci
     from rbfm.fb.checkpoint import load_checkpoint
     from rbfm.fb.zero_shot import task_vectors
@@ -225,8 +231,7 @@ def _cmd_demos(args: argparse.Namespace) -> None:
     _check_count("--episodes", args.episodes)
     model, meta = load_checkpoint(args.checkpoint, device=args.device)
     domain = meta["domain"]
-    if args.task not in TASKS[domain]:
-        raise ConfigError(f"unknown {domain} task {args.task!r}; valid: {', '.join(TASKS[domain])}")
+    _check_tasks(domain, [args.task])
     z_all, source = task_vectors(model, meta, [args.task], args.checkpoint, args.dataset, args.seed)
     z = z_all[args.task]
     demos = generate_demos(
@@ -340,7 +345,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> None:
 
 
 def _cmd_render(args: argparse.Namespace) -> None:
-    from rbfm.envs import TASKS, get_perturbation
+    from rbfm.envs import get_perturbation
     from rbfm.evaluation import fb_policy
     from rbfm.evaluation.render import render_episodes, write_gif
     from rbfm.fb.checkpoint import load_checkpoint
@@ -358,10 +363,7 @@ def _cmd_render(args: argparse.Namespace) -> None:
         raise ConfigError(f"--size: {args.size!r} is not HEIGHTxWIDTH in 16..2048 pixels")
     model, meta = load_checkpoint(args.checkpoint, device=args.device)
     domain = meta["domain"]
-    if args.task not in TASKS[domain]:
-        raise ConfigError(
-            f"--task: unknown {domain} task {args.task!r}; valid: {', '.join(TASKS[domain])}"
-        )
+    _check_tasks(domain, [args.task])
     if args.perturbation is not None:
         pert = get_perturbation(domain, args.perturbation)
         if args.level is None:
