@@ -7,11 +7,13 @@ Each has a smooth approximation at a temperature T, within about T log n of it a
 smooth jointly in z and its dual variables (`duals.light_smoothed`,
 `flow_lp.flow_smoothed`). L-BFGS with a strong Wolfe line search minimises it over
 (v, dual variables), z = sqrt(d) v / ||v||, for T = smoothing x 3^-k x the mean loss at
-the start, k = 0, 1, ..., each stage from where the last one ended. After each stage
-the exact objective is evaluated at its z; the continuation has converged when a stage
-improved it by less than max(tol x value, atol), and stops at `stages` stages or after
-`steps` loss evaluations (actor passes, `steps` in results). The best exact iterate is
-returned, the start included: from FB-IL's z, never worse than it.
+the start, k = 0, 1, ..., each stage from where the last one ended, in rounds of
+`stage_iters` iterations until a round improves the smoothed value by less than `tol`.
+After each stage the exact objective is evaluated at its z; the continuation has
+converged when a stage improved it by less than max(tol x value, atol), and stops at
+`stages` stages or after `steps` loss evaluations (actor passes, `steps` in results).
+The best exact iterate is returned, the start included: from FB-IL's z, never worse
+than it.
 """
 
 from __future__ import annotations
@@ -45,8 +47,8 @@ def smoothed_descent(
     *,
     smoothing: float,
     stages: int,
+    stage_iters: int,
     steps: int,
-    patience: int,
     tol: float,
     atol: float,
     progress: bool = False,
@@ -74,7 +76,7 @@ def smoothed_descent(
         opt = torch.optim.LBFGS(
             params,
             lr=1,
-            max_iter=patience,
+            max_iter=stage_iters,
             history_size=20,
             tolerance_grad=1e-10,
             tolerance_change=1e-12,
@@ -95,9 +97,9 @@ def smoothed_descent(
             return value.detach()
 
         ref = math.inf
-        while evals < steps:  # rounds of `patience` iterations until the stage settles
+        while evals < steps:  # rounds of `stage_iters` iterations until the stage settles
             before = evals
-            budget(opt, patience, steps - evals)
+            budget(opt, stage_iters, steps - evals)
             value = float(opt.step(closure))  # type: ignore[arg-type]
             bar.update(evals - before)
             if not value < ref - max(tol * abs(ref), atol):
