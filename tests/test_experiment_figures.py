@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from rbfm.experiments.figures import (
 )
 from rbfm.experiments.report import format_seconds, iqm_summary, returns_table, timing_table
 from rbfm.experiments.stats import aggregate, iqm_estimates, iqm_scores
-from rbfm.experiments.table import ResultRow, write_table
+from rbfm.experiments.table import ResultRow, read_table, write_table
 
 LEVELS = {"body_mass": (0.0, 50.0, 100.0), "joint_friction": (0.0, 30.0)}
 TASKS = ("walk", "run")
@@ -462,3 +463,41 @@ def test_bands_stay_in_the_return_range_and_figures_say_what_they_show(
     (legend,) = fig.legends  # its title is the caption: one box, kept clear of the panels
     caption = " ".join(legend.get_title().get_text().split())
     assert "95% Student-t CI across seeds, clipped to the return range [0, 1000]" in caption
+
+
+def test_each_expert_source_gets_its_own_figures_and_tables(
+    rows: list[ResultRow], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    drawn: dict[Path, Figure] = {}
+
+    def save(fig: Figure, out: Path) -> Path:
+        png, svg = figures._outputs(out)
+        png.write_bytes(b"")
+        svg.write_bytes(b"")
+        drawn[png] = fig
+        return png
+
+    monkeypatch.setattr(figures, "save_figure", save)
+    walker = [r for r in rows if r.dataset == "rnd" and r.method == "fbil"]
+    noisy = [dataclasses.replace(r, expert="noisy", mean=r.mean - 50) for r in walker]
+    written = figures.draw_run_figures(tmp_path, write_table(tmp_path / "r.csv", walker + noisy))
+    figs = tmp_path / "figures"
+    assert {p.parent for p in written} == {figs / "expert-own", figs / "expert-noisy"}
+    assert all(p.exists() for p in written)
+    own_md = (figs / "expert-own" / "tables.md").read_text()
+    noisy_md = (figs / "expert-noisy" / "tables.md").read_text()
+    assert own_md.startswith("# Results: r.csv, expert own")
+    # Each table holds its own expert's returns only.
+    assert own_md != noisy_md.replace("expert noisy", "expert own")
+
+
+def test_a_table_written_before_the_expert_column_reads_as_own(
+    rows: list[ResultRow], tmp_path: Path
+) -> None:
+    path = write_table(tmp_path / "r.csv", rows[:3])
+    lines = path.read_text().splitlines()
+    header = lines[0].split(",")
+    k = header.index("expert")
+    old = [",".join(c for i, c in enumerate(line.split(",")) if i != k) for line in lines]
+    path.write_text("\n".join(old) + "\n")
+    assert read_table(path) == rows[:3]

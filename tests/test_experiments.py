@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from rbfm.data.demos import load_demos
 from rbfm.errors import ConfigError
 from rbfm.experiments import LocalExecutor, from_dict, plan, read_table, run_experiment
 from rbfm.experiments.certificate import heavy_certificates, tv_certificates
@@ -95,6 +96,68 @@ def test_a_method_restricted_to_a_dataset_runs_on_its_models_only(
     p = plan(from_dict(data))
     methods = {(c.demos.model.dataset, c.variant.method) for c in p.infers}
     assert methods == {("rnd", "fbil"), ("aps", "fbil"), ("aps", "rbfm-heavy")}
+
+
+def test_experts_are_an_axis_and_the_own_expert_keeps_its_ids(
+    checkpoint: str, tmp_path: Path
+) -> None:
+    torch.manual_seed(1)
+    other = FBModel(17, 6, fb_config("tiny")).eval()
+    meta = read_meta(Path(checkpoint))
+    save_checkpoint(tmp_path / "other", other, {k: meta[k] for k in ("domain", "task_z")})
+    own = plan(from_dict(smoke_dict(checkpoint)))
+    data = smoke_dict(checkpoint, experts=["own", "noisy", f"model:{tmp_path / 'other'}"])
+    p = plan(from_dict(data))
+    assert (len(p.demos), len(p.infers), len(p.evals)) == (6, 24, 48)
+    # "own" cells are those of a spec written before the axis existed: no recomputation.
+    assert [d.id for d in p.demos if d.expert.name == "own"] == [d.id for d in own.demos]
+    assert len({d.id for d in p.demos}) == 6
+    noisy = [d for d in p.demos if d.expert.name == "noisy"]
+    assert {d.expert.noise for d in noisy} == {0.3}
+    independent = [d for d in p.demos if d.expert.name.startswith("model:")]
+    assert {d.expert.sha256 for d in independent} == {read_meta(tmp_path / "other")["sha256"]}
+    assert all(d.model.checkpoint == checkpoint for d in p.demos)
+
+
+@pytest.mark.parametrize(
+    ("experts", "message"),
+    [
+        (["own", "own"], "experts: give distinct expert sources"),
+        (["loud"], r"experts\[0\]: unknown expert 'loud'; valid: own, noisy, model:NAME"),
+        (["own", "model:/nonexistent/x"], r"experts\[1\]: .*no such checkpoint"),
+        (["model:SELF"], r"experts\[0\]: .* is models\[0\] itself"),
+        (["model:walker"], r"experts\[0\]: .* is a walker model; models\[0\] is cheetah"),
+    ],
+)
+def test_invalid_experts_fail_naming_the_field(
+    checkpoint: str, tmp_path: Path, experts: list[str], message: str
+) -> None:
+    experts = [e.replace("SELF", checkpoint) for e in experts]
+    with pytest.raises(ConfigError, match=message):
+        run_experiment(
+            from_dict(smoke_dict(checkpoint, experts=experts)), tmp_path, LocalExecutor(0)
+        )
+    assert not any(tmp_path.iterdir())
+
+
+def test_a_noisy_expert_demonstrates_with_noise_and_rows_name_it(
+    checkpoint: str, tmp_path: Path
+) -> None:
+    data = smoke_dict(checkpoint, experts=["own", "noisy"], seeds=[0], episodes=1)
+    data["models"][0].update(tasks=["walk"], levels=1)
+    data["methods"] = data["methods"][:1]
+    run = run_experiment(from_dict(data), tmp_path, LocalExecutor(0), progress=False)
+    rows = read_table(run.results)
+    assert sorted(r.expert for r in rows) == ["noisy", "own"]
+    assert len({r.mean for r in rows}) == 2  # other demonstrations, another task vector
+    demos = sorted((tmp_path / "demos").glob("*.npz"))
+    noise = sorted(float(load_demos(d).meta["action_noise"]) for d in demos)
+    assert noise == [0.0, 0.3]
+    certs = (tmp_path / "certificates.csv").read_text().splitlines()
+    assert certs[0].split(",")[3] == "expert" and {c.split(",")[3] for c in certs[1:]} == {
+        "own",
+        "noisy",
+    }
 
 
 def _table(path: Path) -> list[tuple[Any, ...]]:

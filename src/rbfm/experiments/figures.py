@@ -443,10 +443,23 @@ def draw_all(
                                          is named unless it is rbfm-heavy)
     iqm                                  when some labels can be compared across all tasks
     The dataset appears in the baselines and eps names only where several datasets of the
-    domain have that figure.
+    domain have that figure. A table with several expert sources gets all of these per
+    source, in `out_dir/expert-{source}/`: results of different experts never share a
+    figure, a table or an IQM.
     """
     rows = read_table(table_path)
-    out_dir = Path(out_dir)
+    experts = unique(r.expert for r in rows)
+    if len(experts) == 1:
+        return _draw_rows(rows, Path(out_dir), Path(table_path).name, iqm_reps)
+    written: list[Path] = []
+    for expert in experts:
+        mine = [r for r in rows if r.expert == expert]
+        title = f"{Path(table_path).name}, expert {expert}"
+        written += _draw_rows(mine, Path(out_dir) / _slug("expert", expert), title, iqm_reps)
+    return written
+
+
+def _draw_rows(rows: list[ResultRow], out_dir: Path, title: str, iqm_reps: int) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
@@ -497,7 +510,7 @@ def draw_all(
         draw("iqm", partial(save_figure, fig))
     tables = out_dir / "tables.md"
     tables.write_text(
-        f"# Results: {Path(table_path).name}\n\n"
+        f"# Results: {title}\n\n"
         "## Inference wall time (mean over seeds)\n\n"
         + timing_table(rows)
         + "\n## Return (mean +- 95% CI over seeds)\n\n"
@@ -519,4 +532,4 @@ def draw_run_figures(run: str | os.PathLike[str], table: str | os.PathLike[str])
     written = draw_all(table, fresh)
     shutil.rmtree(figures, ignore_errors=True)
     fresh.rename(figures)
-    return [figures / p.name for p in written]
+    return [figures / p.relative_to(fresh) for p in written]

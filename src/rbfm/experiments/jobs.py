@@ -37,12 +37,13 @@ def _one_thread() -> None:
 
 @dataclass(frozen=True)
 class DemosJob:
-    checkpoint: str
+    checkpoint: str  # the expert's model
     domain: str
     task: str
     z: list[float]
     episodes: int
     seed: int
+    noise: float = 0.0  # std of the Gaussian action noise (0: the deterministic expert)
 
 
 def run_demos(job: DemosJob) -> Demos:
@@ -50,7 +51,10 @@ def run_demos(job: DemosJob) -> Demos:
 
     _one_thread()
     model = _model(job.checkpoint)
-    return generate_demos(model, job.domain, job.task, torch.tensor(job.z), job.episodes, job.seed)
+    z = torch.tensor(job.z)
+    return generate_demos(
+        model, job.domain, job.task, z, job.episodes, job.seed, action_noise=job.noise
+    )
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import math
 from dataclasses import dataclass
@@ -20,6 +21,8 @@ from typing import Any
 from rbfm.envs import DOMAINS, PERTURBATIONS, TASKS, get_perturbation
 from rbfm.errors import ConfigError, RbfmError
 from rbfm.experiments.spec import (
+    EXPERT_KINDS,
+    NOISY_STD,
     ExperimentSpec,
     MethodEntry,
     ModelEntry,
@@ -49,12 +52,32 @@ class Model:
 
 
 @dataclass(frozen=True)
+class Expert:
+    """Who demonstrates: the policy pi_z of `checkpoint` with `z`, plus Gaussian action
+    noise of std `noise`. `name` is the spec's ("own", "noisy", "model:walker:aps")."""
+
+    name: str
+    checkpoint: str
+    sha256: str
+    noise: float
+
+    def key(self, task: str) -> dict[str, Any]:
+        """Its part of a demonstration cell's id (empty for "own": ids from before the
+        expert axis existed stay valid)."""
+        if self.name == "own":
+            return {}
+        return {"expert": {"model": self.sha256, "task": task, "noise": self.noise}}
+
+
+@dataclass(frozen=True)
 class DemosCell:
     id: str
     model: Model
     task: str
     episodes: int
     seed: int
+    expert: Expert
+    expert_z: tuple[float, ...]  # the expert model's reward-inferred z for the task
 
 
 @dataclass(frozen=True)
@@ -125,6 +148,35 @@ def _model(entry: ModelEntry, index: int) -> Model:
     return Model(
         index, entry.domain, entry.dataset, str(stem), str(meta["sha256"]), meta.get("task_z", {})
     )
+
+
+def _expert(name: str, model: Model, index: int) -> tuple[Expert, dict[str, list[float]]]:
+    """The expert `name` demonstrating for `model`, with the task z's of its model."""
+    where = f"experts[{index}]"
+    if name in ("own", "noisy"):
+        noise = NOISY_STD if name == "noisy" else 0.0
+        return Expert(name, model.checkpoint, model.sha256, noise), model.task_z
+    kind, _, ref = name.partition(":")
+    if kind != "model" or not ref:
+        raise ConfigError(
+            f"{where}: unknown expert {name!r}; valid: {', '.join(EXPERT_KINDS)} (NAME: a "
+            "shipped model such as walker:aps, or a checkpoint path)"
+        )
+    try:
+        stem = resolve(ref)
+        meta = read_meta(stem)
+    except RbfmError as e:
+        raise ConfigError(f"{where}: {e}") from e
+    if meta.get("domain") != model.domain:
+        raise ConfigError(
+            f"{where}: {stem} is a {meta.get('domain')} model; models[{model.index}] is "
+            f"{model.domain}"
+        )
+    if meta["sha256"] == model.sha256:
+        raise ConfigError(
+            f'{where}: {stem} is models[{model.index}] itself (use "own" for its own expert)'
+        )
+    return Expert(name, str(stem), str(meta["sha256"]), 0.0), meta.get("task_z", {})
 
 
 def _names(
@@ -241,6 +293,10 @@ def _check_counts(spec: ExperimentSpec) -> None:
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"{name}: {value!r} is out of range (valid: >= {low})")
+    if not spec.experts or len(set(spec.experts)) != len(spec.experts):
+        raise ConfigError(
+            f"experts: give distinct expert sources (valid: {', '.join(EXPERT_KINDS)})"
+        )
     if not 1 <= spec.num_demos <= spec.demos:
         raise ConfigError(
             f"num_demos: {spec.num_demos} demonstrations cannot be drawn from {spec.demos} "
@@ -296,7 +352,13 @@ def plan(spec: ExperimentSpec) -> Plan:
             if not m.datasets or model.dataset in m.datasets
             for v in _variants(m, model.domain, f"methods[{j}]")
         ]
-        for task in tasks:
+        experts = [_expert(name, model, k) for k, name in enumerate(spec.experts)]
+        for (expert, expert_z), task in itertools.product(experts, tasks):
+            if task not in expert_z:
+                raise ConfigError(
+                    f"experts: {expert.checkpoint} stores no reward-inferred z for {task} "
+                    "(make it with `rbfm export`)"
+                )
             d_id = cell_id(
                 "demos",
                 {
@@ -304,9 +366,11 @@ def plan(spec: ExperimentSpec) -> Plan:
                     "task": task,
                     "episodes": spec.demos,
                     "seed": spec.demo_seed,
+                    **expert.key(task),
                 },
             )
-            d = DemosCell(d_id, model, task, spec.demos, spec.demo_seed)
+            z = tuple(expert_z[task])
+            d = DemosCell(d_id, model, task, spec.demos, spec.demo_seed, expert, z)
             demos.append(d)
             for m_entry, variant in variants:
                 if m_entry.tasks and task not in m_entry.tasks:
@@ -359,8 +423,9 @@ def describe(p: Plan) -> str:
     for d in p.demos:
         n_inf = sum(1 for i in p.infers if i.demos.id == d.id)
         n_eval = sum(1 for e in p.evals if e.infer.demos.id == d.id)
+        expert = "" if d.expert.name == "own" else f", expert {d.expert.name}"
         lines.append(
-            f"  {d.model.domain}/{d.task} ({d.model.dataset}, {Path(d.model.checkpoint).name}): "
-            f"{n_inf} inferences, {n_eval} evaluations"
+            f"  {d.model.domain}/{d.task} ({d.model.dataset}, {Path(d.model.checkpoint).name}"
+            f"{expert}): {n_inf} inferences, {n_eval} evaluations"
         )
     return "\n".join(lines)

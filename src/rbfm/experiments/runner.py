@@ -285,6 +285,7 @@ def _result_row(store: Store, cell: EvalCell, returns: np.ndarray, unstable: int
         inference_seconds=float(record["seconds"]),
         policy=str(record["policy"]),
         cell=cell.id,
+        expert=inf.demos.expert.name,
     )
 
 
@@ -331,12 +332,13 @@ def run_experiment(
     try:
         jobs_d = [
             DemosJob(
-                d.model.checkpoint,
+                d.expert.checkpoint,
                 d.model.domain,
                 d.task,
-                d.model.task_z[d.task],
+                list(d.expert_z),
                 d.episodes,
                 d.seed,
+                d.expert.noise,
             )
             for d in demos_todo
         ]
@@ -400,7 +402,9 @@ def collect_rows(store: Store, p: Plan) -> list[ResultRow]:
     for cell in p.evals:
         path = store.eval_record(cell)
         if path.exists():
-            rows.append(ResultRow(**store.read(path)["row"]))
+            # The plan names the expert: cells stored before the expert axis lack it.
+            row = {**store.read(path)["row"], "expert": cell.infer.demos.expert.name}
+            rows.append(ResultRow(**row))
     return rows
 
 
@@ -408,6 +412,7 @@ CERTIFICATE_COLUMNS = (
     "domain",
     "dataset",
     "task",
+    "expert",
     "method",
     "variant",
     "eps",
@@ -436,6 +441,7 @@ def write_certificates(store: Store, p: Plan) -> Path:
                 cell.demos.model.domain,
                 cell.demos.model.dataset,
                 cell.demos.task,
+                cell.demos.expert.name,
                 cell.variant.method,
                 cell.variant.label,
                 "" if cell.variant.eps is None else cell.variant.eps,

@@ -16,6 +16,9 @@ Columns (in order):
     inference_seconds      wall time of the task inference / baseline training
     policy                 the task vector (.json) or policy stem, relative to the run dir
     cell                   the evaluation cell's stable id
+    expert                 who demonstrated: own | noisy | model:NAME
+                           (rbfm.experiments.spec.EXPERT_KINDS; "own" in tables
+                           written before the column existed)
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class ResultRow:
     inference_seconds: float
     policy: str
     cell: str
+    expert: str = "own"
 
     @property
     def label(self) -> str:
@@ -59,6 +63,7 @@ COLUMNS = tuple(f.name for f in fields(ResultRow))
 _FLOATS = {"eps", "level", "mean", "std", "inference_seconds"}
 _INTS = {"seed", "episodes", "unstable"}
 _OPTIONAL = {"eps", "level"}
+_ADDED_LATER = {"expert"}  # columns older tables lack (read with their defaults)
 
 
 def write_table(path: str | os.PathLike[str], rows: list[ResultRow]) -> Path:
@@ -88,13 +93,15 @@ def read_table(path: str | os.PathLike[str]) -> list[ResultRow]:
     try:
         with open(path, newline="") as f:
             reader = csv.DictReader(f)
-            missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+            have = reader.fieldnames or []
+            missing = [c for c in COLUMNS if c not in have and c not in _ADDED_LATER]
             if missing:
                 raise ConfigError(f"{path}: not an rbfm results table (missing columns {missing})")
             rows = []
             for line, rec in enumerate(reader, start=2):
                 try:
-                    rows.append(ResultRow(**{c: _parse(c, rec[c]) for c in COLUMNS}))  # type: ignore[arg-type]
+                    values = {c: _parse(c, rec[c]) for c in COLUMNS if c in have}
+                    rows.append(ResultRow(**values))  # type: ignore[arg-type]
                 except (TypeError, ValueError) as e:
                     raise ConfigError(f"{path}, line {line}: {e}") from e
     except OSError as e:
