@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import torch
 from tqdm import tqdm
@@ -28,12 +29,29 @@ from tqdm import tqdm
 from rbfm.errors import ConfigError
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
-from rbfm.inference.common import InferenceResult, Prepared, imitation_losses
+from rbfm.inference.common import InferenceResult, Prepared, full_losses, imitation_losses
 from rbfm.inference.fbil import FULL_BATCH_MAX, budget
 
 # The smooth objective at a temperature, from every transition's loss (dual variables
 # are closed over by the caller, and passed as `duals` to be optimised with z).
 Surrogate = Callable[[torch.Tensor, float], torch.Tensor]
+
+
+class Settings(Protocol):
+    """The continuation's fields of a method's config (LightConfig, HeavyConfig)."""
+
+    @property
+    def smoothing(self) -> float: ...
+    @property
+    def stages(self) -> int: ...
+    @property
+    def stage_iters(self) -> int: ...
+    @property
+    def steps(self) -> int: ...
+    @property
+    def tol(self) -> float: ...
+    @property
+    def atol(self) -> float: ...
 
 
 def smoothed_descent(
@@ -43,18 +61,19 @@ def smoothed_descent(
     method: str,
     surrogate: Surrogate,
     duals: Sequence[torch.Tensor],
-    exact: Callable[[torch.Tensor], float],
-    *,
-    smoothing: float,
-    stages: int,
-    stage_iters: int,
-    steps: int,
-    tol: float,
-    atol: float,
+    objective: Callable[[torch.Tensor], float],
+    cfg: Settings,
     progress: bool = False,
 ) -> InferenceResult:
-    """Minimises `exact` (the method's objective at a z on every transition) by L-BFGS on
-    `surrogate` at decreasing temperatures, from `start` (see the module's docstring)."""
+    """Minimises `objective` (the method's exact objective, of every transition's loss)
+    by L-BFGS on `surrogate` at decreasing temperatures, from `start` (see the module's
+    docstring)."""
+    smoothing, stages, stage_iters, steps = cfg.smoothing, cfg.stages, cfg.stage_iters, cfg.steps
+    tol, atol = cfg.tol, cfg.atol
+
+    def exact(z: torch.Tensor) -> float:
+        return objective(full_losses(data, z, model.radius, FULL_BATCH_MAX))
+
     n = len(data.obs)
     if n > FULL_BATCH_MAX:
         raise ConfigError(

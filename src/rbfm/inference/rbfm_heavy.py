@@ -308,9 +308,6 @@ def _smoothed(
     feat, next_feat = features(model, data)
     beta = torch.zeros(feat.shape[-1], device=feat.device, requires_grad=True)
 
-    def exact(z: torch.Tensor) -> float:
-        return lp.solve(full_losses(data, z, model.radius, FULL_BATCH_MAX))[0]
-
     return smoothed_descent(
         model,
         data,
@@ -318,14 +315,9 @@ def _smoothed(
         "rbfm-heavy",
         lambda losses, t: flow_smoothed(losses, beta, feat, next_feat, cfg.gamma, t),
         [beta],
-        exact,
-        smoothing=cfg.smoothing,
-        stages=cfg.stages,
-        stage_iters=cfg.stage_iters,
-        steps=cfg.steps,
-        tol=cfg.tol,
-        atol=cfg.atol,
-        progress=progress,
+        lambda losses: lp.solve(losses)[0],
+        cfg,
+        progress,
     )
 
 

@@ -87,11 +87,6 @@ def _smoothed(
     """The default descent: `continuation.smoothed_descent` on `duals.light_smoothed`,
     lambda started at its exact value at the start."""
 
-    def exact(z: torch.Tensor) -> float:
-        return float(
-            light_objective(full_losses(data, z, model.radius, FULL_BATCH_MAX), cfg.eps)[0]
-        )
-
     _, lam0 = light_objective(full_losses(data, start, model.radius, FULL_BATCH_MAX), cfg.eps)
     lam = lam0.detach().clone().requires_grad_(True)
     return smoothed_descent(
@@ -101,12 +96,7 @@ def _smoothed(
         "rbfm-light",
         lambda losses, t: light_smoothed(losses, lam, cfg.eps, t),
         [lam],
-        exact,
-        smoothing=cfg.smoothing,
-        stages=cfg.stages,
-        stage_iters=cfg.stage_iters,
-        steps=cfg.steps,
-        tol=cfg.tol,
-        atol=cfg.atol,
-        progress=progress,
+        lambda losses: float(light_objective(losses, cfg.eps)[0]),
+        cfg,
+        progress,
     )
