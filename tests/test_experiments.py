@@ -126,7 +126,7 @@ def test_experts_are_an_axis_and_the_own_expert_keeps_its_ids(
         (["loud"], r"experts\[0\]: unknown expert 'loud'; valid: own, noisy, model:NAME"),
         (["own", "model:/nonexistent/x"], r"experts\[1\]: .*no such checkpoint"),
         (["model:SELF"], r"experts\[0\]: .* is models\[0\] itself"),
-        (["model:walker"], r"experts\[0\]: .* is a walker model; models\[0\] is cheetah"),
+        (["model:walker"], r"experts\[0\]: .* is a walker model, not cheetah"),
     ],
 )
 def test_invalid_experts_fail_naming_the_field(

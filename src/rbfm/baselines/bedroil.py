@@ -12,16 +12,15 @@ paper's Table 9 runs it), then the policy minimises E[sg(w*) l], alternating 1:1
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from pathlib import Path
+from functools import partial
 
 import torch
 from torch import nn
 
-from rbfm.baselines.common import BaselineResult, mlp, setup, train_loop
+from rbfm.baselines.common import Learner, Setup, mlp
+from rbfm.baselines.common import train as common_train
 from rbfm.checks import in_range, positive_ints
-from rbfm.data.demos import Demos
 from rbfm.errors import unknown
 from rbfm.robust.divergences import Divergence, get_divergence
 from rbfm.robust.duals import (
@@ -124,23 +123,14 @@ def critic_step(
     return value, w
 
 
-def train(
-    demos: Demos,
-    obs_dim: int,
-    action_dim: int,
-    cfg: BEDROILConfig,
-    seed: int,
-    device: str | None = None,
-    progress: bool = False,
-    resume: Path | None = None,
-    resume_every: int = 10_000,
-) -> BaselineResult:
-    """Trains on `demos`; with `resume`, snapshots there and continues from one (`Resume`)."""
-    run = setup(demos, obs_dim, action_dim, seed, device)
-    start, dev, data, gen = run.start, run.device, run.data, run.gen
+def learner(run: Setup, cfg: BEDROILConfig) -> Learner:
+    """BE-DROIL: the critic and tau on RBFM-Heavy's dual, then the policy on the
+    worst-case weights, alternating 1:1 (Algorithm 3)."""
+    dev, data, gen = run.device, run.data, run.gen
+    obs_dim, action_dim = data["observation"].shape[1], data["action"].shape[1]
     divergence = get_divergence(cfg.divergence)
     ball_inactive("be-droil", divergence, cfg.eps, len(data["observation"]))
-    with seeded(seed):  # the initial weights, without reseeding the caller's generator
+    with seeded(run.seed):  # the initial weights, without reseeding the caller's generator
         policy = TanhGaussianPolicy(obs_dim, action_dim, cfg.hidden).to(dev)
         q = mlp(obs_dim + action_dim, cfg.hidden, 1, nn.ReLU).to(dev)
     tau = torch.tensor(cfg.tau_init, device=dev, requires_grad=True)
@@ -148,7 +138,6 @@ def train(
     policy_opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     sa = torch.cat([data["observation"], data["action"]], -1)
     next_sa = torch.cat([data["next_observation"], data["next_action"]], -1)
-    result = BaselineResult("bedroil", policy)
     n = len(sa)
 
     def update() -> torch.Tensor:
@@ -181,6 +170,9 @@ def train(
         "policy_opt": policy_opt,
         "gen": gen,
     }
-    train_loop("bedroil", cfg, seed, demos, state, result, update, progress, resume, resume_every)
-    result.seconds = time.perf_counter() - start
-    return result
+    return Learner(policy, state, update)
+
+
+# train(demos, obs_dim, action_dim, cfg, seed, device=None, progress=False, resume=None,
+# resume_every=10_000): `common.train`.
+train = partial(common_train, "bedroil", learner)

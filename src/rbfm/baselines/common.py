@@ -100,30 +100,49 @@ class Resume:
             self.path.unlink(missing_ok=True)
 
 
-def train_loop(
+@dataclass
+class Learner:
+    """A baseline ready to train: its policy, what a snapshot saves (`Resume`), and one
+    training step (returns its objective)."""
+
+    policy: nn.Module
+    state: dict[str, Any]
+    update: Callable[[], torch.Tensor]
+
+
+def train(
     method: str,
+    build: Callable[[Setup, Any], Learner],
+    demos: Demos,
+    obs_dim: int,
+    action_dim: int,
     cfg: Any,
     seed: int,
-    demos: Demos,
-    state: dict[str, Any],
-    result: BaselineResult,
-    update: Callable[[], torch.Tensor],
-    progress: bool,
-    resume: Path | None,
-    resume_every: int,
-) -> None:
-    """Calls `update` (one training step; returns its objective) until `cfg.steps`,
-    tracing every `cfg.trace_every` and snapshotting `state` (see `Resume`); a run
-    with a snapshot continues from it. Sets `result.steps` to the steps run here."""
+    device: str | None = None,
+    progress: bool = False,
+    resume: Path | None = None,
+    resume_every: int = 10_000,
+) -> BaselineResult:
+    """Trains the learner `build` makes on `demos` for `cfg.steps` steps, tracing every
+    `cfg.trace_every`; with `resume` (a file) it snapshots there every `resume_every`
+    steps and a run with a snapshot continues from it. `result.steps` counts the steps
+    run in this call."""
+    start = time.perf_counter()
+    dev = torch.device(device or "cpu")
+    data = demo_tensors(demos, obs_dim, action_dim, dev)
+    learner = build(Setup(dev, data, seed, torch.Generator(dev).manual_seed(seed)), cfg)
+    result = BaselineResult(method, learner.policy)
     snapshots = Resume(resume, resume_every, fingerprint(method, cfg, seed, demos))
-    first = snapshots.load(state, result)
+    first = snapshots.load(learner.state, result)
     for step in steps_bar(range(first, cfg.steps), method, progress):
-        value = update()
+        value = learner.update()
         if step % cfg.trace_every == 0:
             result.trace.append(float(value.detach()))
-        snapshots.save(step + 1, state, result)
+        snapshots.save(step + 1, learner.state, result)
     snapshots.finish()
     result.steps = cfg.steps - first
+    result.seconds = time.perf_counter() - start
+    return result
 
 
 def fingerprint(method: str, cfg: Any, seed: int, demos: Demos) -> dict[str, Any]:
@@ -145,20 +164,13 @@ def demo_tensors(
 
 @dataclass
 class Setup:
-    """What both baselines' training starts from: the clock, device, demonstration
-    tensors, and the generator of their batches."""
+    """What a baseline's learner is built from: the device, the demonstration tensors,
+    the run's seed and the generator of its batches (seeded by it)."""
 
-    start: float
     device: torch.device
     data: dict[str, torch.Tensor]
+    seed: int
     gen: torch.Generator
-
-
-def setup(demos: Demos, obs_dim: int, action_dim: int, seed: int, device: str | None) -> Setup:
-    start = time.perf_counter()
-    dev = torch.device(device or "cpu")
-    data = demo_tensors(demos, obs_dim, action_dim, dev)
-    return Setup(start, dev, data, torch.Generator(dev).manual_seed(seed))
 
 
 def save_policy(stem: Path, policy: nn.Module, meta: dict[str, Any]) -> Path:

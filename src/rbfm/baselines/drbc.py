@@ -9,16 +9,15 @@ The public code re-solves the dual with a generic solver every few steps.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from pathlib import Path
+from functools import partial
 
 import torch
 from torch import nn
 
-from rbfm.baselines.common import BaselineResult, mlp, setup, train_loop
+from rbfm.baselines.common import Learner, Setup, mlp
+from rbfm.baselines.common import train as common_train
 from rbfm.checks import in_range, positive_ints
-from rbfm.data.demos import Demos
 from rbfm.errors import unknown
 from rbfm.robust.duals import light_objective
 from rbfm.seeding import seeded
@@ -75,25 +74,14 @@ class DeterministicPolicy(nn.Module):
         return torch.tanh(self.net(obs))
 
 
-def train(
-    demos: Demos,
-    obs_dim: int,
-    action_dim: int,
-    cfg: DRBCConfig,
-    seed: int,
-    device: str | None = None,
-    progress: bool = False,
-    resume: Path | None = None,
-    resume_every: int = 10_000,
-) -> BaselineResult:
-    """Trains on `demos`; with `resume`, snapshots there and continues from one (`Resume`)."""
-    run = setup(demos, obs_dim, action_dim, seed, device)
-    start, dev, data, gen = run.start, run.device, run.data, run.gen
-    with seeded(seed):  # the initial weights, without reseeding the caller's generator
+def learner(run: Setup, cfg: DRBCConfig) -> Learner:
+    """DRBC: the policy's TV-ball worst case of its squared action error, per batch."""
+    dev, data, gen = run.device, run.data, run.gen
+    obs_dim, action_dim = data["observation"].shape[1], data["action"].shape[1]
+    with seeded(run.seed):  # the initial weights, without reseeding the caller's generator
         policy = DeterministicPolicy(obs_dim, action_dim, cfg.hidden).to(dev)
     opt = torch.optim.Adam(policy.parameters(), lr=cfg.lr)
     schedule = torch.optim.lr_scheduler.StepLR(opt, cfg.decay_every, cfg.lr_decay)
-    result = BaselineResult("drbc", policy)
     n = len(data["observation"])
 
     def update() -> torch.Tensor:
@@ -107,6 +95,9 @@ def train(
         return value
 
     state = {"policy": policy, "opt": opt, "schedule": schedule, "gen": gen}
-    train_loop("drbc", cfg, seed, demos, state, result, update, progress, resume, resume_every)
-    result.seconds = time.perf_counter() - start
-    return result
+    return Learner(policy, state, update)
+
+
+# train(demos, obs_dim, action_dim, cfg, seed, device=None, progress=False, resume=None,
+# resume_every=10_000): `common.train`.
+train = partial(common_train, "drbc", learner)

@@ -137,17 +137,21 @@ def _model(entry: ModelEntry, index: int) -> Model:
             )
     else:
         stem = resolve(entry.checkpoint)
-    try:
-        meta = read_meta(stem)
-    except RbfmError as e:
-        raise ConfigError(f"{where}.checkpoint: {e}") from e
-    if meta.get("domain") != entry.domain:
-        raise ConfigError(
-            f"{where}.checkpoint: {stem} is a {meta.get('domain')} model, not {entry.domain}"
-        )
+    meta = _meta(stem, entry.domain, f"{where}.checkpoint")
     return Model(
         index, entry.domain, entry.dataset, str(stem), str(meta["sha256"]), meta.get("task_z", {})
     )
+
+
+def _meta(stem: Path, domain: str, where: str) -> dict[str, Any]:
+    """A checkpoint's metadata, which must be that of a `domain` model."""
+    try:
+        meta = read_meta(stem)
+    except RbfmError as e:
+        raise ConfigError(f"{where}: {e}") from e
+    if meta.get("domain") != domain:
+        raise ConfigError(f"{where}: {stem} is a {meta.get('domain')} model, not {domain}")
+    return meta
 
 
 def _expert(name: str, model: Model, index: int) -> tuple[Expert, dict[str, list[float]]]:
@@ -164,14 +168,9 @@ def _expert(name: str, model: Model, index: int) -> tuple[Expert, dict[str, list
         )
     try:
         stem = resolve(ref)
-        meta = read_meta(stem)
     except RbfmError as e:
         raise ConfigError(f"{where}: {e}") from e
-    if meta.get("domain") != model.domain:
-        raise ConfigError(
-            f"{where}: {stem} is a {meta.get('domain')} model; models[{model.index}] is "
-            f"{model.domain}"
-        )
+    meta = _meta(stem, model.domain, where)
     if meta["sha256"] == model.sha256:
         raise ConfigError(
             f'{where}: {stem} is models[{model.index}] itself (use "own" for its own expert)'
