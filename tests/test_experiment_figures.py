@@ -22,9 +22,16 @@ from rbfm.experiments.figures import (
     grid_figure,
     plot_grid,
 )
-from rbfm.experiments.report import format_seconds, iqm_summary, returns_table, timing_table
+from rbfm.experiments.report import (
+    ceilings_table,
+    format_seconds,
+    iqm_summary,
+    returns_table,
+    timing_table,
+)
+from rbfm.experiments.runner import CEILING_COLUMNS
 from rbfm.experiments.stats import aggregate, iqm_estimates, iqm_scores
-from rbfm.experiments.table import ResultRow, read_table, write_table
+from rbfm.experiments.table import CeilingRow, ResultRow, read_ceilings, read_table, write_table
 
 LEVELS = {"body_mass": (0.0, 50.0, 100.0), "joint_friction": (0.0, 30.0)}
 TASKS = ("walk", "run")
@@ -501,3 +508,33 @@ def test_a_table_written_before_the_expert_column_reads_as_own(
     old = [",".join(c for i, c in enumerate(line.split(",")) if i != k) for line in lines]
     path.write_text("\n".join(old) + "\n")
     assert read_table(path) == rows[:3]
+
+
+def test_the_expert_itself_is_a_dashed_line_in_its_panels_and_a_table(
+    rows: list[ResultRow], tmp_path: Path
+) -> None:
+    levels = LEVELS["body_mass"]
+    ceilings = [
+        CeilingRow("walker", "rnd", "walk", "own", "body_mass", lv, 10, 500.0 - k, 3.0)
+        for k, lv in enumerate(levels)
+    ] + [CeilingRow("walker", "rnd", "walk", "noisy", "body_mass", levels[0], 10, 1.0, 1.0)]
+    fig = grid_figure(rows, "walker", ceilings=ceilings)
+    walk_mass, walk_friction = fig.axes[0], fig.axes[1]
+    assert _lines(walk_mass)[-1] == "expert itself" and "expert itself" not in _lines(walk_friction)
+    line = walk_mass.lines[-1]
+    # Only the own expert's: the table's rows are own (the noisy row is not drawn).
+    np.testing.assert_allclose(_xy(line.get_ydata()), [500.0 - k for k in range(len(levels))])
+    assert line.get_linestyle() == "--"
+    assert "Dashed: the demonstrating expert itself" in fig.legends[0].get_title().get_text()
+    path = tmp_path / "experts.csv"
+    header = ",".join(CEILING_COLUMNS)
+    path.write_text(header + "\nwalker,rnd,walk,own,body_mass,0.0,10,500,3,0,510,x\n")
+    assert read_ceilings(path) == [
+        CeilingRow("walker", "rnd", "walk", "own", "body_mass", 0.0, 10, 500.0, 3.0)
+    ]
+    assert "| walker | rnd | walk | own | body_mass | 0 | 500.0 +- 3.0 | 10 |" in ceilings_table(
+        read_ceilings(path)
+    )
+    path.write_text("domain,task\nwalker,walk\n")
+    with pytest.raises(ConfigError, match="line 2: not an experts table"):
+        read_ceilings(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -160,6 +161,47 @@ def test_a_noisy_expert_demonstrates_with_noise_and_rows_name_it(
     }
 
 
+def test_the_experts_ceiling_is_the_expert_rolled_out_on_the_imitators_states(
+    checkpoint: str, tmp_path: Path
+) -> None:
+    from rbfm import EVAL_SEED
+    from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy, noisy_policy
+    from rbfm.fb.checkpoint import load_checkpoint
+
+    data = smoke_dict(checkpoint, experts=["own", "noisy"], seeds=[0], episodes=3)
+    data["models"][0].update(tasks=["walk"], levels=1)
+    data["methods"] = data["methods"][:1]
+    run_experiment(from_dict(data), tmp_path, LocalExecutor(0), progress=False)
+    with open(tmp_path / "experts.csv") as f:
+        rows = {r["expert"]: r for r in csv.DictReader(f)}
+    model, _ = load_checkpoint(checkpoint, device="cpu")
+    z = torch.tensor(read_meta(Path(checkpoint))["task_z"]["walk"])
+    seeds = [(EVAL_SEED, k) for k in range(3)]
+    with RolloutEngine(0) as engine:
+        own = engine.run(EnvSpec("cheetah", "walk"), fb_policy(model, z), 3, seeds=seeds)
+        act = noisy_policy(fb_policy(model, z), 0.3, seeds)
+        noisy = engine.run(EnvSpec("cheetah", "walk"), act, 3, seeds=seeds).returns
+    assert float(rows["own"]["mean"]) == pytest.approx(float(own.returns.mean()), rel=1e-5)
+    assert float(rows["noisy"]["mean"]) == pytest.approx(float(noisy.mean()), rel=1e-5)
+    assert rows["own"]["mean"] != rows["noisy"]["mean"]
+    assert rows["noisy"]["family"] == "joint_friction" and rows["noisy"]["level"] == "0.0"
+
+
+def test_each_episode_draws_its_own_action_noise() -> None:
+    """An episode's noise depends on its seed only, not on the episodes beside it."""
+    from rbfm.evaluation import noisy_policy
+
+    def zero(obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
+        return np.zeros((len(obs), 4), np.float32)
+
+    seeds = [(5, k) for k in range(3)]
+    together = noisy_policy(zero, 0.3, seeds)(np.zeros((3, 2)), np.arange(3))
+    alone = [noisy_policy(zero, 0.3, [s])(np.zeros((1, 2)), np.arange(1))[0] for s in seeds]
+    np.testing.assert_array_equal(together, np.stack(alone))
+    big = noisy_policy(zero, 100.0, seeds)(np.zeros((3, 2)), np.arange(3))
+    assert np.abs(big).max() == 1.0 and together.std() == pytest.approx(0.3, rel=0.5)
+
+
 def _table(path: Path) -> list[tuple[Any, ...]]:
     return [
         (r.task, r.method, r.seed, r.family, r.level, r.mean, r.std, r.unstable, r.cell)
@@ -179,9 +221,12 @@ def test_local_and_ray_give_the_same_table(checkpoint: str, tmp_path: Path) -> N
         remote = run_experiment(spec, tmp_path / "ray", RayExecutor("local", 2), progress=False)
     finally:
         ray.shutdown()
-    assert remote.computed == local.computed == {"demos": 2, "infer": 8, "eval": 16}
+    assert remote.computed == local.computed == {"demos": 2, "infer": 8, "eval": 16, "ceiling": 4}
     rows = _table(local.results)
     assert len(rows) == 16 and rows == _table(remote.results)  # bitwise: floats compared exactly
+    experts = (tmp_path / "local" / "experts.csv").read_text()
+    assert experts == (tmp_path / "ray" / "experts.csv").read_text()
+    assert len(experts.splitlines()) == 1 + 4  # 2 tasks x 2 levels
     certs_local = (tmp_path / "local" / "certificates.csv").read_text()
     assert certs_local == (tmp_path / "ray" / "certificates.csv").read_text()
     # Every inference has its certificate: TV and Heavy sets at five radii (0.8 among them).
@@ -193,7 +238,8 @@ def test_rerun_skips_finished_cells(checkpoint: str, tmp_path: Path) -> None:
     run_experiment(spec, tmp_path, LocalExecutor(0), progress=False)
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "cells").rglob("*.json")}
     again = run_experiment(spec, tmp_path, LocalExecutor(0), progress=False)
-    assert again.computed == {"demos": 0, "infer": 0, "eval": 0} and again.skipped == 26
+    assert again.computed == {"demos": 0, "infer": 0, "eval": 0, "ceiling": 0}
+    assert again.skipped == 30
     assert stamps == {p: p.stat().st_mtime_ns for p in (tmp_path / "cells").rglob("*.json")}
 
 

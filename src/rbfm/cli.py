@@ -448,7 +448,8 @@ def _cmd_experiment(args: argparse.Namespace) -> None:
     p = plan(spec)  # every field checked before anything starts
     print(
         f"experiment {spec.name}: {len(p.demos)} demonstration sets, {len(p.infers)} "
-        f"inferences, {len(p.evals)} evaluations ({len(p.evals) * spec.episodes:,} episodes)"
+        f"inferences, {len(p.evals)} evaluations ({len(p.evals) * spec.episodes:,} episodes), "
+        f"{len(p.ceilings)} of the experts themselves"
     )
     print(describe(p))
     if args.dry_run:

@@ -1,7 +1,16 @@
 """Evaluation: the batched rollout engine and aggregate statistics."""
 
-from rbfm.evaluation.fb_policy import fb_policy
+from rbfm.evaluation.fb_policy import fb_policy, noisy_policy
 from rbfm.evaluation.rollout import EnvSpec, Policy, RolloutEngine, RolloutResult
 from rbfm.evaluation.stats import iqm, mean_ci
 
-__all__ = ["EnvSpec", "Policy", "RolloutEngine", "RolloutResult", "fb_policy", "iqm", "mean_ci"]
+__all__ = [
+    "EnvSpec",
+    "Policy",
+    "RolloutEngine",
+    "RolloutResult",
+    "fb_policy",
+    "iqm",
+    "mean_ci",
+    "noisy_policy",
+]

@@ -32,7 +32,7 @@ from matplotlib.figure import Figure
 
 from rbfm.envs import get_perturbation
 from rbfm.errors import ConfigError
-from rbfm.experiments.report import iqm_markdown, returns_table, timing_table
+from rbfm.experiments.report import ceilings_table, iqm_markdown, returns_table, timing_table
 from rbfm.experiments.stats import (
     IQM_REPS,
     NOMINAL,
@@ -49,7 +49,7 @@ from rbfm.experiments.stats import (
     select,
     unique,
 )
-from rbfm.experiments.table import ResultRow, read_table
+from rbfm.experiments.table import CeilingRow, ResultRow, read_ceilings, read_table
 from rbfm.methods import BASELINE_METHODS, NAMES, REGISTRY, display_label
 from rbfm.plots import caption_width
 
@@ -159,7 +159,9 @@ def _draw_panel(
     ax.grid(alpha=0.3)
 
 
-def _shared_legend(fig: Figure, axes: Iterable[Axes], ncol: int | None = None) -> None:
+def _shared_legend(
+    fig: Figure, axes: Iterable[Axes], ncol: int | None = None, caption: str = BAND_CAPTION
+) -> None:
     """One legend under the panels, each label once, in the order first drawn, titled by
     the caption that says what the lines and bands are (one box, so the layout keeps
     room for both)."""
@@ -176,7 +178,7 @@ def _shared_legend(fig: Figure, axes: Iterable[Axes], ncol: int | None = None) -
             ncol=ncol or max(1, min(len(handles), int(fig.get_figwidth() / 1.7))),
             fontsize=8,
             frameon=False,
-            title=textwrap.fill(BAND_CAPTION, width=caption_width(fig.get_figwidth())),
+            title=textwrap.fill(caption, width=caption_width(fig.get_figwidth())),
             title_fontsize=7,
         )
 
@@ -211,9 +213,32 @@ def save_figure(fig: Figure, out: str | os.PathLike[str]) -> Path:
 # Figures
 
 
-def grid_figure(rows: Sequence[ResultRow], domain: str, dataset: str | None = None) -> Figure:
-    """Figures 2-4 / 7-8: one domain and dataset; rows = tasks, columns = families."""
+EXPERT_NAME = "expert itself"
+CEILING_CAPTION = (
+    " Dashed: the demonstrating expert itself (its action noise included), mean over the "
+    "same evaluation episodes."
+)
+
+
+def _draw_ceiling(ax: Axes, ceilings: Sequence[CeilingRow]) -> None:
+    """The expert's own return per level: a black dashed line (no band: one run of the
+    evaluation episodes, not a mean over inference seeds)."""
+    points = sorted((c.level, c.mean) for c in ceilings if c.level is not None)
+    if len(points) > 1:
+        x, y = zip(*points, strict=True)
+        ax.plot(x, y, color="black", ls="--", lw=1.0, label=EXPERT_NAME)
+
+
+def grid_figure(
+    rows: Sequence[ResultRow],
+    domain: str,
+    dataset: str | None = None,
+    ceilings: Sequence[CeilingRow] = (),
+) -> Figure:
+    """Figures 2-4 / 7-8: one domain and dataset; rows = tasks, columns = families. With
+    `ceilings` (experts.csv), each panel also shows the expert's own return per level."""
     mine, dataset = select(rows, domain, dataset)
+    experts = {r.expert for r in mine}
     styles = _styles(rows)
     tasks = unique(r.task for r in mine)
     fams = ordered_families(mine, domain)
@@ -224,11 +249,19 @@ def grid_figure(rows: Sequence[ResultRow], domain: str, dataset: str | None = No
             ax = axes[i, j]
             panel = [a for a in aggs if a.task == task and a.family == family]
             _draw_panel(ax, panel, styles, domain, family)
+            here = [
+                c
+                for c in ceilings
+                if (c.domain, c.dataset, c.task, c.family) == (domain, dataset, task, family)
+                and c.expert in experts
+            ]
+            _draw_ceiling(ax, here)
             ax.set_title(f"{task} / {family}", fontsize=9)
             if j == 0:
                 ax.set_ylabel(f"{task}\nreturn", fontsize=8)
     fig.suptitle(f"{domain} ({dataset}): return under each perturbation", fontsize=10)
-    _shared_legend(fig, axes.flat)
+    drawn = any(EXPERT_NAME in ax.get_legend_handles_labels()[1] for ax in axes.flat)
+    _shared_legend(fig, axes.flat, caption=BAND_CAPTION + (CEILING_CAPTION if drawn else ""))
     return fig
 
 
@@ -237,9 +270,10 @@ def plot_grid(
     domain: str,
     out: str | os.PathLike[str],
     dataset: str | None = None,
+    ceilings: Sequence[CeilingRow] = (),
 ) -> Path:
     """Saves `grid_figure` as PNG and SVG; returns the PNG path."""
-    return save_figure(grid_figure(rows, domain, dataset), out)
+    return save_figure(grid_figure(rows, domain, dataset, ceilings), out)
 
 
 def _panel_row(
@@ -428,7 +462,10 @@ def _slug(*parts: str) -> str:
 
 
 def draw_all(
-    table_path: str | os.PathLike[str], out_dir: str | os.PathLike[str], iqm_reps: int = IQM_REPS
+    table_path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    iqm_reps: int = IQM_REPS,
+    ceilings_path: str | os.PathLike[str] | None = None,
 ) -> list[Path]:
     """Draws every figure the table supports into `out_dir` and writes `tables.md` (timing,
     returns, IQM with `iqm_reps` bootstrap resamples); returns the files written (PNG and SVG
@@ -448,18 +485,27 @@ def draw_all(
     figure, a table or an IQM.
     """
     rows = read_table(table_path)
+    ceilings = read_ceilings(ceilings_path) if ceilings_path is not None else []
     experts = unique(r.expert for r in rows)
     if len(experts) == 1:
-        return _draw_rows(rows, Path(out_dir), Path(table_path).name, iqm_reps)
+        return _draw_rows(rows, ceilings, Path(out_dir), Path(table_path).name, iqm_reps)
     written: list[Path] = []
     for expert in experts:
         mine = [r for r in rows if r.expert == expert]
+        theirs = [c for c in ceilings if c.expert == expert]
         title = f"{Path(table_path).name}, expert {expert}"
-        written += _draw_rows(mine, Path(out_dir) / _slug("expert", expert), title, iqm_reps)
+        out = Path(out_dir) / _slug("expert", expert)
+        written += _draw_rows(mine, theirs, out, title, iqm_reps)
     return written
 
 
-def _draw_rows(rows: list[ResultRow], out_dir: Path, title: str, iqm_reps: int) -> list[Path]:
+def _draw_rows(
+    rows: list[ResultRow],
+    ceilings: list[CeilingRow],
+    out_dir: Path,
+    title: str,
+    iqm_reps: int,
+) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
 
@@ -472,7 +518,8 @@ def _draw_rows(rows: list[ResultRow], out_dir: Path, title: str, iqm_reps: int) 
     for domain in unique(r.domain for r in rows):
         mine = [r for r in rows if r.domain == domain]
         for ds in unique(r.dataset for r in mine):
-            draw(_slug("grid", domain, ds), partial(plot_grid, rows, domain, dataset=ds))
+            grid = partial(plot_grid, rows, domain, dataset=ds, ceilings=ceilings)
+            draw(_slug("grid", domain, ds), grid)
         for ds in unique(r.dataset for r in mine):
             data = [r for r in mine if r.dataset == ds]
             for family in ordered_families(data, domain):
@@ -517,6 +564,7 @@ def _draw_rows(rows: list[ResultRow], out_dir: Path, title: str, iqm_reps: int) 
         + returns_table(rows)
         + "\n## Interquartile mean across tasks\n\n"
         + iqm_markdown(iqm)
+        + ("\n## The experts themselves\n\n" + ceilings_table(ceilings) if ceilings else "")
     )
     written.append(tables)
     return written
@@ -529,7 +577,8 @@ def draw_run_figures(run: str | os.PathLike[str], table: str | os.PathLike[str])
     figures = Path(run) / "figures"
     fresh = figures.with_name(".figures.part")
     shutil.rmtree(fresh, ignore_errors=True)
-    written = draw_all(table, fresh)
+    experts = Path(run) / "experts.csv"
+    written = draw_all(table, fresh, ceilings_path=experts if experts.exists() else None)
     shutil.rmtree(figures, ignore_errors=True)
     fresh.rename(figures)
     return [figures / p.relative_to(fresh) for p in written]

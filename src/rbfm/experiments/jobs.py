@@ -158,6 +158,7 @@ class EvalEntry:
     eval_seed: int
     z: list[float] | None  # a task vector of the job's model, or
     policy: tuple[str, dict[str, Any], dict[str, np.ndarray]] | None  # (method, meta, state)
+    noise: float = 0.0  # std of Gaussian action noise on pi_z (a noisy expert's ceiling)
 
 
 @dataclass(frozen=True)
@@ -187,13 +188,14 @@ def run_eval(job: EvalJob) -> list[EvalOutput]:
     limit): one actor call per step serves every task vector of the model. Outputs are
     in the order of `job.entries`."""
     from rbfm.baselines import as_policy
-    from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy
+    from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy, noisy_policy
     from rbfm.evaluation.sweep import dispatch
 
     _one_thread()
-    fb = [e for e in job.entries if e.z is not None]
+    fb = [e for e in job.entries if e.z is not None and not e.noise]
+    noisy = [e for e in job.entries if e.z is not None and e.noise]
     base = [e for e in job.entries if e.policy is not None]
-    order = fb + base
+    order = fb + noisy + base
     groups = []
     if fb:
         assert job.checkpoint is not None
@@ -202,6 +204,12 @@ def run_eval(job: EvalJob) -> list[EvalOutput]:
         )
         groups.append((0, len(z), fb_policy(_model(job.checkpoint), z)))
     start = sum(e.episodes for e in fb)
+    for e in noisy:
+        assert job.checkpoint is not None and e.z is not None
+        seeds = [(e.eval_seed, k) for k in range(e.episodes)]
+        act = noisy_policy(fb_policy(_model(job.checkpoint), torch.tensor(e.z)), e.noise, seeds)
+        groups.append((start, start + e.episodes, act))
+        start += e.episodes
     for e in base:
         assert e.policy is not None
         groups.append((start, start + e.episodes, as_policy(_baseline(*e.policy))))
@@ -216,7 +224,7 @@ def run_eval(job: EvalJob) -> list[EvalOutput]:
     # 24 GB machine with 2 workers).
     gc.collect()
     out, lo = {}, 0
-    for e in order:  # task vectors first, then baseline policies: back to the job's order
+    for e in order:  # task vectors, noisy ones, then baseline policies: back to the job's order
         part = slice(lo, lo + e.episodes)
         out[e.cell] = EvalOutput(e.cell, res.returns[part].copy(), int(res.unstable[part].sum()))
         lo += e.episodes

@@ -110,15 +110,29 @@ class EvalCell:
 
 
 @dataclass(frozen=True)
+class CeilingCell:
+    """The expert itself evaluated at one level: the ceiling its imitators are read
+    against (with its action noise, from its own model), on the same initial states."""
+
+    id: str
+    demos: DemosCell
+    family: str
+    level: float | None
+    episodes: int
+    eval_seed: int
+
+
+@dataclass(frozen=True)
 class Plan:
     spec: ExperimentSpec
     demos: list[DemosCell]
     infers: list[InferCell]
     evals: list[EvalCell]
+    ceilings: list[CeilingCell] = dataclasses.field(default_factory=list)
 
     @property
     def total(self) -> int:
-        return len(self.demos) + len(self.infers) + len(self.evals)
+        return len(self.demos) + len(self.infers) + len(self.evals) + len(self.ceilings)
 
 
 def _model(entry: ModelEntry, index: int) -> Model:
@@ -292,6 +306,8 @@ def _check_counts(spec: ExperimentSpec) -> None:
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"{name}: {value!r} is out of range (valid: >= {low})")
+    if not isinstance(spec.ceiling, bool):
+        raise ConfigError(f"ceiling: {spec.ceiling!r} is not true or false")
     if not spec.experts or len(set(spec.experts)) != len(spec.experts):
         raise ConfigError(
             f"experts: give distinct expert sources (valid: {', '.join(EXPERT_KINDS)})"
@@ -410,10 +426,32 @@ def plan(spec: ExperimentSpec) -> Plan:
                             )
     if not evals:
         raise ConfigError("methods: no method applies to any task and family of the models")
+    ceilings = [
+        CeilingCell(
+            cell_id(
+                "ceiling",
+                {
+                    "demos": d.id,
+                    "family": fam,
+                    "level": level,
+                    "episodes": spec.episodes,
+                    "eval_seed": spec.eval_seed,
+                },
+            ),
+            d,
+            fam,
+            level,
+            spec.episodes,
+            spec.eval_seed,
+        )
+        for d in demos
+        if spec.ceiling
+        for fam, level in dict.fromkeys((e.family, e.level) for e in evals if e.infer.demos is d)
+    ]
     # Two entries giving identical cells would be computed once and counted twice.
     if len({i.id for i in infers}) != len(infers):
         raise ConfigError("methods: two entries give the same method with the same settings")
-    return Plan(spec, demos, infers, evals)
+    return Plan(spec, demos, infers, evals, ceilings)
 
 
 def describe(p: Plan) -> str:

@@ -18,7 +18,7 @@ from rbfm.experiments.stats import (
     ordered_labels,
     unique,
 )
-from rbfm.experiments.table import ResultRow
+from rbfm.experiments.table import CeilingRow, ResultRow
 
 
 def format_seconds(seconds: float) -> str:
@@ -134,3 +134,23 @@ def iqm_summary(
     """Markdown: each comparable label's IQM across tasks (default: every family and level
     pooled as extra tasks) with its stratified-bootstrap 95% CI; dropped labels noted below."""
     return iqm_markdown(iqm_estimates(rows, family, level, reps, seed))
+
+
+def ceilings_table(ceilings: Sequence[CeilingRow]) -> str:
+    """The experts' own returns per level (mean +- std over episodes: one evaluation, no
+    seeds), the ceiling their imitators are read against."""
+    body = [
+        [
+            c.domain,
+            c.dataset,
+            c.task,
+            c.expert,
+            c.family,
+            level_text(c.level),
+            f"{c.mean:.1f} +- {c.std:.1f}",
+            str(c.episodes),
+        ]
+        for c in ceilings
+    ]
+    header = ["domain", "dataset", "task", "expert", "family", "level", "return (std)", "episodes"]
+    return markdown(header, body)

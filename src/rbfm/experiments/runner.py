@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -45,7 +45,15 @@ from rbfm.experiments.jobs import (
     run_eval,
     run_infer,
 )
-from rbfm.experiments.plan import NOMINAL, DemosCell, EvalCell, InferCell, Plan, plan
+from rbfm.experiments.plan import (
+    NOMINAL,
+    CeilingCell,
+    DemosCell,
+    EvalCell,
+    InferCell,
+    Plan,
+    plan,
+)
 from rbfm.experiments.spec import ExperimentSpec
 from rbfm.experiments.table import ResultRow, write_table
 from rbfm.methods import BASELINE_METHODS
@@ -80,6 +88,9 @@ class Store:
     def eval_record(self, cell: EvalCell) -> Path:
         return self.root / "cells" / "eval" / f"{cell.id}.json"
 
+    def ceiling_record(self, cell: CeilingCell) -> Path:
+        return self.root / "cells" / "ceiling" / f"{cell.id}.json"
+
     def read(self, path: Path) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(path.read_text())
         return data
@@ -109,15 +120,16 @@ def _params(config: dict[str, Any], key: str, inp: int = 64) -> int:
     return sum(a * b for a, b in itertools.pairwise(widths))
 
 
-def cell_cost(
-    cell: DemosCell | InferCell | EvalCell, actor_params: dict[str, int], certificate_steps: int
-) -> float:
+Cell = DemosCell | InferCell | EvalCell | CeilingCell
+
+
+def cell_cost(cell: Cell, actor_params: dict[str, int], certificate_steps: int) -> float:
     """Estimated seconds of one cell on one core (demonstrations and evaluation: env steps;
     inference: forward and backward passes of the networks it trains through)."""
     if isinstance(cell, DemosCell):
         return cell.episodes * 1000 * _ENV_STEP[cell.model.domain] * 1.3
-    if isinstance(cell, EvalCell):
-        return cell.episodes * 1000 * _ENV_STEP[cell.infer.demos.model.domain] * 1.3
+    if isinstance(cell, EvalCell | CeilingCell):
+        return cell.episodes * 1000 * _ENV_STEP[_demos(cell).model.domain] * 1.3
     cfg = cell.variant.config
     if cell.variant.preset is None:
         per_step = 6 * actor_params[cell.demos.model.checkpoint] * cfg["batch_size"]
@@ -244,17 +256,46 @@ def _eval_entry(store: Store, cell: EvalCell) -> EvalEntry:
     )
 
 
-def _pack(cells: list[EvalCell], batch: int, parallel: int) -> list[list[EvalCell]]:
-    """Evaluation cells grouped by model, in plan order, into jobs of at most `batch`
-    episodes (smaller when there are fewer episodes than workers can share)."""
-    by_model: dict[str, list[EvalCell]] = {}
+def _ceiling_entry(cell: CeilingCell) -> EvalEntry:
+    d = cell.demos
+    return EvalEntry(
+        cell.id,
+        d.model.domain,
+        d.task,
+        None if cell.family == NOMINAL else cell.family,
+        cell.level,
+        cell.episodes,
+        cell.eval_seed,
+        list(d.expert_z),
+        None,
+        d.expert.noise,
+    )
+
+
+def _demos(cell: EvalCell | CeilingCell) -> DemosCell:
+    return cell.infer.demos if isinstance(cell, EvalCell) else cell.demos
+
+
+C = TypeVar("C", EvalCell, CeilingCell)
+
+
+def _checkpoint(cell: EvalCell | CeilingCell) -> str:
+    """The FB model whose actor an evaluation runs: the imitator's, or the expert's."""
+    d = _demos(cell)
+    return d.model.checkpoint if isinstance(cell, EvalCell) else d.expert.checkpoint
+
+
+def _pack(cells: list[C], batch: int, parallel: int) -> list[list[C]]:
+    """Evaluation cells grouped by the model they run, in plan order, into jobs of at most
+    `batch` episodes (smaller when there are fewer episodes than workers can share)."""
+    by_model: dict[str, list[C]] = {}
     for c in cells:
-        by_model.setdefault(c.infer.demos.model.checkpoint, []).append(c)
+        by_model.setdefault(_checkpoint(c), []).append(c)
     total = sum(c.episodes for c in cells)
     size = max(1, min(batch, math.ceil(total / max(parallel, 1))))
-    jobs: list[list[EvalCell]] = []
+    jobs: list[list[C]] = []
     for group in by_model.values():
-        current: list[EvalCell] = []
+        current: list[C] = []
         for c in group:
             if current and sum(x.episodes for x in current) + c.episodes > size:
                 jobs.append(current)
@@ -316,19 +357,20 @@ def run_experiment(
     start = time.perf_counter()
     p = plan(spec)  # validates everything before any work
     store = Store(out)
-    for sub in ("demos", "policies", "cells/infer", "cells/eval"):
+    for sub in ("demos", "policies", "cells/infer", "cells/eval", "cells/ceiling"):
         (store.root / sub).mkdir(parents=True, exist_ok=True)
     _write_json(store.root / "spec.json", {"spec": dataclasses.asdict(spec)})
     demos_todo = [d for d in p.demos if not store.demos(d).exists()]
     infer_todo = [i for i in p.infers if not store.infer_record(i).exists()]
     eval_todo = [e for e in p.evals if not store.eval_record(e).exists()]
-    skipped = p.total - len(demos_todo) - len(infer_todo) - len(eval_todo)
+    ceiling_todo = [c for c in p.ceilings if not store.ceiling_record(c).exists()]
+    todo_cells: list[Cell] = [*demos_todo, *infer_todo, *eval_todo, *ceiling_todo]
+    skipped = p.total - len(todo_cells)
     actor = {ck: _actor_params(ck) for ck in {d.model.checkpoint for d in p.demos}}
-    cells: list[DemosCell | InferCell | EvalCell] = [*p.demos, *p.infers, *p.evals]
+    cells: list[Cell] = [*p.demos, *p.infers, *p.evals, *p.ceilings]
     costs = {c.id: cell_cost(c, actor, spec.certificate_steps) for c in cells}
-    todo = {d.id for d in demos_todo} | {i.id for i in infer_todo} | {e.id for e in eval_todo}
-    bar = _Progress(costs, {c.id for c in cells} - todo, progress)
-    computed = {"demos": 0, "infer": 0, "eval": 0}
+    bar = _Progress(costs, {c.id for c in cells} - {c.id for c in todo_cells}, progress)
+    computed = {"demos": 0, "infer": 0, "eval": 0, "ceiling": 0}
     try:
         jobs_d = [
             DemosJob(
@@ -388,11 +430,24 @@ def run_experiment(
                 )
             computed["eval"] += len(packed[i])
             bar.update([c.id for c in packed[i]])
+
+        packed_c = _pack(ceiling_todo, eval_batch, executor.parallel)
+        jobs_c = [EvalJob(_checkpoint(cs[0]), [_ceiling_entry(c) for c in cs]) for cs in packed_c]
+        for i, outputs in _stage(executor, run_eval, jobs_c, bar, "expert evaluation"):
+            for ceiling, res in zip(packed_c[i], outputs, strict=True):
+                assert res.cell == ceiling.id
+                _write_json(
+                    store.ceiling_record(ceiling),
+                    {"returns": res.returns.tolist(), "unstable": res.unstable},
+                )
+            computed["ceiling"] += len(packed_c[i])
+            bar.update([c.id for c in packed_c[i]])
     finally:
         bar.close()
         executor.close()
     results = write_table(store.root / "results.csv", collect_rows(store, p))
     certificates = write_certificates(store, p)
+    write_ceilings(store, p)
     return RunSummary(p, computed, skipped, time.perf_counter() - start, results, certificates)
 
 
@@ -406,6 +461,57 @@ def collect_rows(store: Store, p: Plan) -> list[ResultRow]:
             row = {**store.read(path)["row"], "expert": cell.infer.demos.expert.name}
             rows.append(ResultRow(**row))
     return rows
+
+
+CEILING_COLUMNS = (
+    "domain",
+    "dataset",
+    "task",
+    "expert",
+    "family",
+    "level",
+    "episodes",
+    "mean",
+    "std",
+    "unstable",
+    "demonstrations_mean",
+    "cell",
+)
+
+
+def write_ceilings(store: Store, p: Plan) -> Path:
+    """experts.csv: per finished expert evaluation, the expert's own return at that level
+    (its action noise included) on the imitators' initial states, and the mean return of
+    its demonstrations (nominal dynamics, the demonstrations' own initial states)."""
+    rows = []
+    demo_means: dict[str, float] = {}
+    for cell in p.ceilings:
+        path = store.ceiling_record(cell)
+        d = cell.demos
+        if not path.exists() or not store.demos(d).exists():
+            continue
+        if d.id not in demo_means:
+            demo_means[d.id] = float(load_demos(store.demos(d), d.model.domain).returns.mean())
+        rec = store.read(path)
+        returns = np.asarray(rec["returns"])
+        values = (
+            d.model.domain,
+            d.model.dataset,
+            d.task,
+            d.expert.name,
+            cell.family,
+            "" if cell.level is None else cell.level,
+            len(returns),
+            f"{returns.mean():.6g}",
+            f"{returns.std():.6g}",
+            rec["unstable"],
+            f"{demo_means[d.id]:.6g}",
+            cell.id,
+        )
+        rows.append(dict(zip(CEILING_COLUMNS, values, strict=True)))
+    path = store.root / "experts.csv"
+    atomic_csv(path, rows, CEILING_COLUMNS)
+    return path
 
 
 CERTIFICATE_COLUMNS = (

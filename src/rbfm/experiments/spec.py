@@ -11,6 +11,7 @@ fields, checkpoints) before any work starts, and names the field in its errors.
     num_demos = 4                # drawn per seed
     episodes = 20                # evaluation episodes per (task vector, level)
     experts = ["own", "noisy"]   # expert sources (EXPERT_KINDS); default ["own"]
+    ceiling = true               # also evaluate each expert at every level (experts.csv)
 
     [[models]]
     domain = "cheetah"
@@ -90,6 +91,9 @@ class ExperimentSpec:
     eval_seed: int = EVAL_SEED  # evaluation initial states: (eval_seed, k), the same for all
     demo_seed: int = 0
     experts: tuple[str, ...] = ("own",)  # EXPERT_KINDS; one demonstration set each
+    # Evaluate each expert itself at every (family, level) its imitators are evaluated at:
+    # the ceiling to read them against (experts.csv).
+    ceiling: bool = True
     bf16: bool = False  # FB methods: a bfloat16 actor copy (faster on CPUs with AMX)
     # Critic steps per radius of each policy's Heavy robustness certificate (0: none). A
     # by-product of an inference cell, not part of its id: changing it recomputes nothing.

@@ -109,3 +109,45 @@ def read_table(path: str | os.PathLike[str]) -> list[ResultRow]:
     if not rows:
         raise ConfigError(f"{path}: the results table has no rows")
     return rows
+
+
+@dataclass(frozen=True)
+class CeilingRow:
+    """A row of an experiment's experts.csv: the expert itself at one level."""
+
+    domain: str
+    dataset: str
+    task: str
+    expert: str
+    family: str
+    level: float | None
+    episodes: int
+    mean: float
+    std: float
+
+
+def read_ceilings(path: str | os.PathLike[str]) -> list[CeilingRow]:
+    """The rows of an experts.csv (`runner.write_ceilings`); errors name file and line."""
+    rows = []
+    try:
+        with open(path, newline="") as f:
+            for line, rec in enumerate(csv.DictReader(f), start=2):
+                try:
+                    rows.append(
+                        CeilingRow(
+                            rec["domain"],
+                            rec["dataset"],
+                            rec["task"],
+                            rec["expert"],
+                            rec["family"],
+                            None if rec["level"] == "" else float(rec["level"]),
+                            int(rec["episodes"]),
+                            float(rec["mean"]),
+                            float(rec["std"]),
+                        )
+                    )
+                except (KeyError, TypeError, ValueError) as e:
+                    raise ConfigError(f"{path}, line {line}: not an experts table ({e})") from e
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the experts table ({e})") from e
+    return rows
