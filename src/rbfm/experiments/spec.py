@@ -165,6 +165,8 @@ PRESETS: dict[str, ExperimentSpec] = {
         experts=("own", "noisy"),
         certificate_steps=0,
     ),
+    # Issue 21's grids below run each question on the paper's protocol ("own") and on
+    # demonstrations the model cannot reproduce ("noisy"); figures and IQMs per source.
     # Q4, data size: walker flip under joint friction, FB models pretrained on 100k, 500k
     # and 1M RND transitions (Figure 5 of the paper); models shipped as walker_rnd-100k...
     "datasize": ExperimentSpec(
@@ -177,18 +179,21 @@ PRESETS: dict[str, ExperimentSpec] = {
             for label in ("rnd-100k", "rnd-500k", "rnd-1m")
         ),
         methods=_methods(*FB_METHODS),
+        experts=("own", "noisy"),
     ),
     # Q4, data source: walker on RND, APS and ProtoRL data (Figures 7-8), every task/family.
     "sources": ExperimentSpec(
         name="sources",
         models=tuple(ModelEntry("walker", label) for label in ("rnd", "aps", "proto")),
         methods=_methods(*FB_METHODS),
+        experts=("own", "noisy"),
     ),
     # Q5: RBFM-Heavy's eps on quadruped jump under contact stiffness (Figure 6).
     "eps": ExperimentSpec(
         name="eps",
         models=(ModelEntry("quadruped", tasks=("jump",), families=("contact_stiffness",)),),
         methods=(MethodEntry("rbfm-heavy", eps=(0.2, 0.4, 0.6, 0.8, 1.0)),),
+        experts=("own", "noisy"),
     ),
     # The paper's grid (Section 4): walker on RND, APS and ProtoRL, quadruped and cheetah
     # on RND, every task and family, 5 seeds x 100 episodes; baselines at their paper
@@ -207,6 +212,7 @@ PRESETS: dict[str, ExperimentSpec] = {
             MethodEntry("drbc", preset="paper", families=("body_mass",), datasets=("rnd",)),
             MethodEntry("bedroil", preset="paper", families=("body_mass",), datasets=("rnd",)),
         ),
+        experts=("own", "noisy"),
     ),
 }
 
