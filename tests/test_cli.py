@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -112,3 +114,15 @@ def test_first_hour_mistakes_are_clean_errors(
     assert main(["evaluate", "--checkpoint", "walker", "--z", str(z), "--task", "walk"]) == 2
     assert "inferred for the task 'flip', not --task 'walk'" in capsys.readouterr().err
     assert not list(tmp_path.glob("d*"))
+
+
+def test_output_into_a_closed_pipe_ends_quietly() -> None:
+    """`rbfm ... | head -1`: no BrokenPipeError traceback when the reader stops."""
+    proc = subprocess.run(
+        f"{sys.executable} -m rbfm.cli experiment paper --episodes 20 --dry-run | head -c 1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert proc.stdout == "e" and "Traceback" not in proc.stderr

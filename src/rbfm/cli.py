@@ -915,6 +915,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"rbfm {args.command}: interrupted; rerun the same command to resume", file=sys.stderr
         )
         return 130
+    except BrokenPipeError:  # output piped into a reader that stopped (`| head`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     return 0
 
 
