@@ -19,7 +19,7 @@ from rbfm.fb.losses import (
     pessimistic,
     reward_z,
 )
-from rbfm.fb.networks import Actor, BackwardMap, ForwardMap, ObsNorm, project
+from rbfm.fb.networks import Actor, BackwardMap, ForwardMap, ObsNorm, Sizes, project
 
 
 def noisy(mu: torch.Tensor, std: float, clip: float, gen: torch.Generator | None) -> torch.Tensor:
@@ -40,26 +40,17 @@ class FBModel(nn.Module):
     def __init__(self, obs_dim: int, action_dim: int, cfg: FBConfig) -> None:
         super().__init__()
         self.obs_dim, self.action_dim, self.cfg = obs_dim, action_dim, cfg
-        self.forward_map = ForwardMap(
+        sizes = Sizes(
             obs_dim,
             action_dim,
             cfg.z_dim,
-            cfg.forward_hidden,
-            cfg.preprocessor_hidden,
-            cfg.embed_dim,
-            heads=2,
-            normalise=cfg.obs_norm,
-        )
-        self.backward_map = BackwardMap(obs_dim, cfg.z_dim, cfg.backward_hidden, cfg.obs_norm)
-        self.actor = Actor(
-            obs_dim,
-            action_dim,
-            cfg.z_dim,
-            cfg.actor_hidden,
             cfg.preprocessor_hidden,
             cfg.embed_dim,
             cfg.obs_norm,
         )
+        self.forward_map = ForwardMap(sizes, cfg.forward_hidden, heads=2)
+        self.backward_map = BackwardMap(obs_dim, cfg.z_dim, cfg.backward_hidden, cfg.obs_norm)
+        self.actor = Actor(sizes, cfg.actor_hidden)
         self.target_forward_map = copy.deepcopy(self.forward_map).requires_grad_(False)
         self.target_backward_map = copy.deepcopy(self.backward_map).requires_grad_(False)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -96,26 +97,30 @@ def mlp(inp: int, hidden: tuple[int, ...], out: int, parallel: int = 0) -> nn.Se
     return nn.Sequential(*layers)
 
 
+@dataclass(frozen=True)
+class Sizes:
+    """What F and the actor share: input sizes, the (s, .) embeddings' preprocessor
+    widths and embedding size, and whether observations are normalised."""
+
+    obs_dim: int
+    action_dim: int
+    z_dim: int
+    preprocessor: tuple[int, ...]
+    embed: int
+    normalise: bool = False
+
+
 class ForwardMap(nn.Module):
     """F(s, a, z) -> (heads, batch, d)."""
 
-    def __init__(
-        self,
-        obs_dim: int,
-        action_dim: int,
-        z_dim: int,
-        hidden: tuple[int, ...],
-        preprocessor: tuple[int, ...],
-        embed: int,
-        heads: int,
-        normalise: bool = False,
-    ) -> None:
+    def __init__(self, sizes: Sizes, hidden: tuple[int, ...], heads: int) -> None:
         super().__init__()
         self.heads = heads
-        self.norm = obs_norm(obs_dim, normalise)
-        self.sa = mlp(obs_dim + action_dim, preprocessor, embed, parallel=heads)
-        self.sz = mlp(obs_dim + z_dim, preprocessor, embed, parallel=heads)
-        self.head = mlp(2 * embed, hidden, z_dim, parallel=heads)
+        self.norm = obs_norm(sizes.obs_dim, sizes.normalise)
+        pre, e = sizes.preprocessor, sizes.embed
+        self.sa = mlp(sizes.obs_dim + sizes.action_dim, pre, e, parallel=heads)
+        self.sz = mlp(sizes.obs_dim + sizes.z_dim, pre, e, parallel=heads)
+        self.head = mlp(2 * e, hidden, sizes.z_dim, parallel=heads)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         obs = self.norm(obs)
@@ -142,21 +147,13 @@ class BackwardMap(nn.Module):
 class Actor(nn.Module):
     """pi(s, z): tanh(head([embed(s), embed(s, z)]))."""
 
-    def __init__(
-        self,
-        obs_dim: int,
-        action_dim: int,
-        z_dim: int,
-        hidden: tuple[int, ...],
-        preprocessor: tuple[int, ...],
-        embed: int,
-        normalise: bool = False,
-    ) -> None:
+    def __init__(self, sizes: Sizes, hidden: tuple[int, ...]) -> None:
         super().__init__()
-        self.norm = obs_norm(obs_dim, normalise)
-        self.s = mlp(obs_dim, preprocessor, embed)
-        self.sz = mlp(obs_dim + z_dim, preprocessor, embed)
-        self.head = mlp(2 * embed, hidden, action_dim)
+        o, d, pre, e = sizes.obs_dim, sizes.z_dim, sizes.preprocessor, sizes.embed
+        self.norm = obs_norm(o, sizes.normalise)
+        self.s = mlp(o, pre, e)
+        self.sz = mlp(o + d, pre, e)
+        self.head = mlp(2 * e, hidden, sizes.action_dim)
 
     def embed_state(self, obs: torch.Tensor) -> torch.Tensor:
         """The z-independent part, computed once when z is optimised over fixed states."""
