@@ -154,6 +154,12 @@ def test_a_noisy_expert_demonstrates_with_noise_and_rows_name_it(
     demos = sorted((tmp_path / "demos").glob("*.npz"))
     noise = sorted(float(load_demos(d).meta["action_noise"]) for d in demos)
     assert noise == [0.0, 0.3]
+    # Each inference records the full-set objective it reached and whether it converged.
+    for record in (tmp_path / "cells" / "infer").glob("*.json"):
+        rec = json.loads(record.read_text())
+        assert rec["objective"] > 0 and isinstance(rec["converged"], bool)
+        z_file = json.loads((tmp_path / rec["policy"]).read_text())
+        assert z_file["objective"] == rec["objective"]
     certs = (tmp_path / "certificates.csv").read_text().splitlines()
     assert certs[0].split(",")[3] == "expert" and {c.split(",")[3] for c in certs[1:]} == {
         "own",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +78,10 @@ class InferOutput:
     policy: dict[str, np.ndarray] | None = None  # baselines: the state dict
     extra: dict[str, float] = field(default_factory=dict)
     certificates: list[Certificate] = field(default_factory=list)
+    # FB methods: the method's own objective on every demonstration transition at the
+    # returned z, and whether the descent stopped by its convergence rule (not its cap).
+    objective: float | None = None
+    converged: bool | None = None
 
 
 def _fb_certificates(
@@ -122,7 +127,14 @@ def run_infer(job: InferJob) -> InferOutput:
         model = _model(job.checkpoint)
         run, config_cls = METHODS[job.method]
         result = run(model, job.demos, config_cls(**job.config), job.seed, False)
-        out = InferOutput(result.seconds, result.steps, z=result.z.tolist(), extra=result.extra)
+        out = InferOutput(
+            result.seconds,
+            result.steps,
+            z=result.z.tolist(),
+            extra=result.extra,
+            objective=result.objective if math.isfinite(result.objective) else None,
+            converged=result.converged,
+        )
         if job.certificate_steps:
             out.certificates = _fb_certificates(
                 model, job.demos, result.z, radii, job.certificate_steps

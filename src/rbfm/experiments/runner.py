@@ -192,6 +192,7 @@ def _save_infer(store: Store, cell: InferCell, out: InferOutput) -> None:
         "steps": out.steps,
     }
     if out.z is not None:
+        common |= {"objective": out.objective, "converged": out.converged}
         policy_file = stem.with_suffix(".json")
         save_z(
             policy_file,
@@ -222,6 +223,8 @@ def _save_infer(store: Store, cell: InferCell, out: InferOutput) -> None:
             "seed": cell.seed,
             "seconds": out.seconds,
             "steps": out.steps,
+            "objective": out.objective,
+            "converged": out.converged,
             "extra": out.extra,
             "policy": str(policy_file.relative_to(store.root)),
             "certificates": [dataclasses.asdict(c) for c in out.certificates],
