@@ -496,6 +496,14 @@ def test_each_expert_source_gets_its_own_figures_and_tables(
     assert own_md.startswith("# Results: r.csv, expert own")
     # Each table holds its own expert's returns only.
     assert own_md != noisy_md.replace("expert noisy", "expert own")
+    # Figures name a source other than the paper's own expert, and the IQM bars fit.
+    figs_of = {p.parent.name + "/" + p.stem: f for p, f in drawn.items()}
+    assert figs_of["expert-noisy/iqm"].axes[0].get_title().endswith("(noisy expert)")
+    assert figs_of["expert-own/iqm"].axes[0].get_title().endswith("per method")
+    assert "noisy expert" in figs_of["expert-noisy/grid-walker-rnd"].get_suptitle()
+    ax = figs_of["expert-noisy/iqm"].axes[0]
+    lows = [patch.get_x() for patch in ax.patches]
+    assert ax.get_xlim()[0] < min(lows)
 
 
 def test_a_table_written_before_the_expert_column_reads_as_own(
