@@ -418,7 +418,7 @@ def _iqm_draw(result: IqmResult, styles: dict[str, _Style], experts: set[str]) -
     ax.set_xlabel(f"IQM return ({result.scope})", fontsize=8)
     title = "Interquartile mean of the returns, per method"
     if experts != {"own"}:  # the paper's protocol goes unnamed, as in every other figure
-        title += f" ({', '.join(sorted(experts))} expert)"
+        title += f"\n({', '.join(sorted(experts))} expert)"
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, axis="x")
     _caption(
