@@ -29,9 +29,16 @@ from rbfm.experiments.report import (
     returns_table,
     timing_table,
 )
-from rbfm.experiments.runner import CEILING_COLUMNS
 from rbfm.experiments.stats import aggregate, iqm_estimates, iqm_scores
-from rbfm.experiments.table import CeilingRow, ResultRow, read_ceilings, read_table, write_table
+from rbfm.experiments.table import (
+    CEILING_COLUMNS,
+    CeilingRow,
+    ResultRow,
+    read_ceilings,
+    read_table,
+    write_ceiling_table,
+    write_table,
+)
 
 LEVELS = {"body_mass": (0.0, 50.0, 100.0), "joint_friction": (0.0, 30.0)}
 TASKS = ("walk", "run")
@@ -523,9 +530,15 @@ def test_the_expert_itself_is_a_dashed_line_in_its_panels_and_a_table(
 ) -> None:
     levels = LEVELS["body_mass"]
     ceilings = [
-        CeilingRow("walker", "rnd", "walk", "own", "body_mass", lv, 10, 500.0 - k, 3.0)
+        CeilingRow(
+            "walker", "rnd", "walk", "own", "body_mass", lv, 10, 500.0 - k, 3.0, 0, 480.0, "c"
+        )
         for k, lv in enumerate(levels)
-    ] + [CeilingRow("walker", "rnd", "walk", "noisy", "body_mass", levels[0], 10, 1.0, 1.0)]
+    ] + [
+        CeilingRow(
+            "walker", "rnd", "walk", "noisy", "body_mass", levels[0], 10, 1.0, 1.0, 2, 9.0, "n"
+        )
+    ]
     fig = grid_figure(rows, "walker", ceilings=ceilings)
     walk_mass, walk_friction = fig.axes[0], fig.axes[1]
     assert _lines(walk_mass)[-1] == "expert itself" and "expert itself" not in _lines(walk_friction)
@@ -537,8 +550,10 @@ def test_the_expert_itself_is_a_dashed_line_in_its_panels_and_a_table(
     path = tmp_path / "experts.csv"
     header = ",".join(CEILING_COLUMNS)
     path.write_text(header + "\nwalker,rnd,walk,own,body_mass,0.0,10,500,3,0,510,x\n")
+    assert read_ceilings(write_ceiling_table(path, ceilings)) == ceilings
+    path.write_text(header + "\nwalker,rnd,walk,own,body_mass,0.0,10,500,3,0,510,x\n")
     assert read_ceilings(path) == [
-        CeilingRow("walker", "rnd", "walk", "own", "body_mass", 0.0, 10, 500.0, 3.0)
+        CeilingRow("walker", "rnd", "walk", "own", "body_mass", 0.0, 10, 500.0, 3.0, 0, 510.0, "x")
     ]
     assert "| walker | rnd | walk | own | body_mass | 0 | 500.0 +- 3.0 | 10 |" in ceilings_table(
         read_ceilings(path)

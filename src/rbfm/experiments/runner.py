@@ -55,7 +55,7 @@ from rbfm.experiments.plan import (
     plan,
 )
 from rbfm.experiments.spec import ExperimentSpec
-from rbfm.experiments.table import ResultRow, write_table
+from rbfm.experiments.table import CeilingRow, ResultRow, write_ceiling_table, write_table
 from rbfm.methods import BASELINE_METHODS
 
 # Episodes per evaluation job. Each episode holds its own MuJoCo environment (~10-13 MB):
@@ -284,8 +284,9 @@ C = TypeVar("C", EvalCell, CeilingCell)
 
 def _checkpoint(cell: EvalCell | CeilingCell) -> str:
     """The FB model whose actor an evaluation runs: the imitator's, or the expert's."""
-    d = _demos(cell)
-    return d.model.checkpoint if isinstance(cell, EvalCell) else d.expert.checkpoint
+    if isinstance(cell, EvalCell):
+        return cell.infer.demos.model.checkpoint
+    return cell.demos.expert.checkpoint
 
 
 def _pack(cells: list[C], batch: int, parallel: int) -> list[list[C]]:
@@ -466,26 +467,9 @@ def collect_rows(store: Store, p: Plan) -> list[ResultRow]:
     return rows
 
 
-CEILING_COLUMNS = (
-    "domain",
-    "dataset",
-    "task",
-    "expert",
-    "family",
-    "level",
-    "episodes",
-    "mean",
-    "std",
-    "unstable",
-    "demonstrations_mean",
-    "cell",
-)
-
-
 def write_ceilings(store: Store, p: Plan) -> Path:
-    """experts.csv: per finished expert evaluation, the expert's own return at that level
-    (its action noise included) on the imitators' initial states, and the mean return of
-    its demonstrations (nominal dynamics, the demonstrations' own initial states)."""
+    """experts.csv (`table.CeilingRow`): per finished expert evaluation, the expert's own
+    return at that level, and the mean return of its demonstrations."""
     rows = []
     demo_means: dict[str, float] = {}
     for cell in p.ceilings:
@@ -497,24 +481,23 @@ def write_ceilings(store: Store, p: Plan) -> Path:
             demo_means[d.id] = float(load_demos(store.demos(d), d.model.domain).returns.mean())
         rec = store.read(path)
         returns = np.asarray(rec["returns"])
-        values = (
-            d.model.domain,
-            d.model.dataset,
-            d.task,
-            d.expert.name,
-            cell.family,
-            "" if cell.level is None else cell.level,
-            len(returns),
-            f"{returns.mean():.6g}",
-            f"{returns.std():.6g}",
-            rec["unstable"],
-            f"{demo_means[d.id]:.6g}",
-            cell.id,
+        rows.append(
+            CeilingRow(
+                d.model.domain,
+                d.model.dataset,
+                d.task,
+                d.expert.name,
+                cell.family,
+                cell.level,
+                len(returns),
+                float(returns.mean()),
+                float(returns.std()),
+                int(rec["unstable"]),
+                demo_means[d.id],
+                cell.id,
+            )
         )
-        rows.append(dict(zip(CEILING_COLUMNS, values, strict=True)))
-    path = store.root / "experts.csv"
-    atomic_csv(path, rows, CEILING_COLUMNS)
-    return path
+    return write_ceiling_table(store.root / "experts.csv", rows)
 
 
 CERTIFICATE_COLUMNS = (

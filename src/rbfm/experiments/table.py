@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
@@ -60,7 +61,7 @@ class ResultRow:
 
 
 COLUMNS = tuple(f.name for f in fields(ResultRow))
-_FLOATS = {"eps", "level", "mean", "std", "inference_seconds"}
+_FLOATS = {"eps", "level", "mean", "std", "inference_seconds", "demonstrations_mean"}
 _INTS = {"seed", "episodes", "unstable"}
 _OPTIONAL = {"eps", "level"}
 _ADDED_LATER = {"expert"}  # columns older tables lack (read with their defaults)
@@ -69,10 +70,12 @@ _ADDED_LATER = {"expert"}  # columns older tables lack (read with their defaults
 def write_table(path: str | os.PathLike[str], rows: list[ResultRow]) -> Path:
     """Writes the rows atomically (a temporary file renamed over the target)."""
     path = Path(path)
-
-    records = [{k: "" if v is None else v for k, v in asdict(r).items()} for r in rows]
-    atomic_csv(path, records, COLUMNS)
+    atomic_csv(path, _records(rows), COLUMNS)
     return path
+
+
+def _records(rows: Sequence[ResultRow | CeilingRow]) -> list[dict[str, object]]:
+    return [{k: "" if v is None else v for k, v in asdict(r).items()} for r in rows]
 
 
 def _parse(name: str, value: str) -> object:
@@ -113,7 +116,9 @@ def read_table(path: str | os.PathLike[str]) -> list[ResultRow]:
 
 @dataclass(frozen=True)
 class CeilingRow:
-    """A row of an experiment's experts.csv: the expert itself at one level."""
+    """A row of an experiment's experts.csv: the expert itself at one level (`episodes`
+    evaluation episodes on the imitators' initial states, its action noise included),
+    and the mean return of its demonstrations (nominal, their own initial states)."""
 
     domain: str
     dataset: str
@@ -124,28 +129,30 @@ class CeilingRow:
     episodes: int
     mean: float
     std: float
+    unstable: int
+    demonstrations_mean: float
+    cell: str
+
+
+CEILING_COLUMNS = tuple(f.name for f in fields(CeilingRow))
+
+
+def write_ceiling_table(path: str | os.PathLike[str], rows: list[CeilingRow]) -> Path:
+    """Writes experts.csv atomically."""
+    path = Path(path)
+    atomic_csv(path, _records(rows), CEILING_COLUMNS)
+    return path
 
 
 def read_ceilings(path: str | os.PathLike[str]) -> list[CeilingRow]:
-    """The rows of an experts.csv (`runner.write_ceilings`); errors name file and line."""
+    """The rows of an experts.csv (`write_ceiling_table`); errors name file and line."""
     rows = []
     try:
         with open(path, newline="") as f:
             for line, rec in enumerate(csv.DictReader(f), start=2):
                 try:
-                    rows.append(
-                        CeilingRow(
-                            rec["domain"],
-                            rec["dataset"],
-                            rec["task"],
-                            rec["expert"],
-                            rec["family"],
-                            None if rec["level"] == "" else float(rec["level"]),
-                            int(rec["episodes"]),
-                            float(rec["mean"]),
-                            float(rec["std"]),
-                        )
-                    )
+                    values = {c: _parse(c, rec[c]) for c in CEILING_COLUMNS}
+                    rows.append(CeilingRow(**values))  # type: ignore[arg-type]
                 except (KeyError, TypeError, ValueError) as e:
                     raise ConfigError(f"{path}, line {line}: not an experts table ({e})") from e
     except OSError as e:
