@@ -215,7 +215,7 @@ def save_figure(fig: Figure, out: str | os.PathLike[str]) -> Path:
 
 EXPERT_NAME = "expert itself"
 CEILING_CAPTION = (
-    " Dashed: the demonstrating expert itself (its action noise included), mean over the "
+    " Dashed: the demonstrating expert itself (with its action noise, if any), mean over the "
     "same evaluation episodes."
 )
 
