@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -24,8 +25,10 @@ from rbfm.inference import (
     warm_start,
 )
 from rbfm.inference.common import full_losses, prepare
+from rbfm.inference.continuation import _stage_losses, _working_set
 from rbfm.inference.rbfm_heavy import heavy_value
-from rbfm.robust import light_objective
+from rbfm.robust import InactiveBallWarning, light_objective
+from rbfm.robust.duals import light_smoothed
 
 
 @pytest.fixture(scope="module")
@@ -325,3 +328,53 @@ def test_noisy_experts_are_not_the_models_own_policy(model: FBModel) -> None:
             assert 0.2 < loss < 0.6
     with pytest.raises(ConfigError, match="action_noise"):
         generate_demos(model, "cheetah", "run", z, episodes=1, seed=0, action_noise=-1.0)
+
+
+@pytest.mark.parametrize("method", ["rbfm-light", "rbfm-heavy"])
+def test_working_sets_leave_the_continuation_where_it_was(model: FBModel, method: str) -> None:
+    """Stages run on the transitions that weigh (`continuation._working_set`) reach the
+    same exact values, stage by stage, as stages run on every transition (to 1e-3: the
+    actor's smaller passes sum in another order, and L-BFGS's path amplifies last bits)."""
+    z = project(torch.randn(model.cfg.z_dim, generator=torch.Generator().manual_seed(2)), 1.0)
+    noisy = generate_demos(model, "cheetah", "run", z * model.radius, 3, 0, action_noise=0.3)
+    d = noisy.sample(2, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", InactiveBallWarning)
+        full = infer(model, d, method, seed=0, working_set=0)
+        sets = infer(model, d, method, seed=0)
+    assert full.converged and sets.converged and len(full.trace) == len(sets.trace) >= 4
+    np.testing.assert_allclose(sets.trace, full.trace, rtol=1e-3)
+    assert sets.objective == pytest.approx(full.objective, rel=1e-3)
+
+
+def test_the_working_set_holds_what_weighs_and_leaves_out_what_does_not() -> None:
+    """For RBFM-Light's smoothed objective at a low temperature: every loss above lambda*
+    (the worst case's support) is in the set, every loss 40 temperatures below it out,
+    and a stage's losses are the actor's on the set, the frozen ones elsewhere."""
+    losses = torch.linspace(0.0, 2.0, 1000)
+    lam = torch.tensor(float(light_objective(losses, 0.8)[1]))
+    t = 0.002
+
+    def surrogate(v: torch.Tensor, temp: float) -> torch.Tensor:
+        return light_smoothed(v, lam, 0.8, temp)
+
+    members = _working_set(surrogate, losses, t, 30.0)
+    assert members is not None
+    inside = torch.zeros(1000, dtype=torch.bool)
+    inside[members] = True
+    assert inside[losses >= lam].all() and not inside[losses < lam - 40 * t].any()
+    assert _working_set(surrogate, losses, 10.0, 30.0) is None  # hot: everything weighs
+    assert _working_set(surrogate, losses, t, 0.0) is None  # off
+
+
+def test_stage_losses_run_the_actor_only_on_the_set(model: FBModel, demos: Demos) -> None:
+    data = prepare(model, demos.sample(1, seed=0))
+    z = warm_start(model, demos)
+    losses = full_losses(data, z, model.radius, 16_384)
+    members = torch.arange(0, len(losses), 3)
+    v = z.clone().requires_grad_(True)
+    stage = _stage_losses(data, members, losses, model.radius)(v)
+    torch.testing.assert_close(stage, losses)
+    (out,) = torch.autograd.grad(stage[1], v, retain_graph=True)  # 1 is left out: frozen
+    (member,) = torch.autograd.grad(stage[3], v)
+    assert float(out.abs().max()) == 0.0 and float(member.abs().max()) > 0.0

@@ -14,6 +14,15 @@ converged when a stage improved it by less than max(tol x value, atol), and stop
 `stages` stages or after `steps` loss evaluations (actor passes, `steps` in results).
 The best exact iterate is returned, the start included: from FB-IL's z, never worse
 than it.
+
+Working sets: at a low temperature most transitions weigh nothing in the smoothed
+objective (Light: losses far below lambda; Heavy: residuals far below their maximum).
+Each stage runs the actor only on the transitions whose weight, the surrogate's
+derivative in their loss at the stage's start, is within e^-`working_set` of the
+largest; the others keep their losses from the stage's start (exact, no gradient). The
+exact objective is still evaluated on every transition after each stage. A stage at
+whose end the excluded transitions carry more than `tol` of the weight counts as a set
+change, not as convergence: the next stage starts from the refreshed set.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Protocol
 
 import torch
@@ -43,6 +53,8 @@ class Settings(Protocol):
     @property
     def smoothing(self) -> float: ...
     @property
+    def cooling(self) -> float: ...
+    @property
     def stages(self) -> int: ...
     @property
     def stage_iters(self) -> int: ...
@@ -52,6 +64,8 @@ class Settings(Protocol):
     def tol(self) -> float: ...
     @property
     def atol(self) -> float: ...
+    @property
+    def working_set(self) -> float: ...
 
 
 def smoothed_descent(
@@ -68,11 +82,13 @@ def smoothed_descent(
     """Minimises `objective` (the method's exact objective, of every transition's loss)
     by L-BFGS on `surrogate` at decreasing temperatures, from `start` (see the module's
     docstring)."""
-    smoothing, stages, stage_iters, steps = cfg.smoothing, cfg.stages, cfg.stage_iters, cfg.steps
+    smoothing, cooling, stages, steps = cfg.smoothing, cfg.cooling, cfg.stages, cfg.steps
+    stage_iters = cfg.stage_iters
     tol, atol = cfg.tol, cfg.atol
 
-    def exact(z: torch.Tensor) -> float:
-        return objective(full_losses(data, z, model.radius, FULL_BATCH_MAX))
+    def exact(z: torch.Tensor) -> tuple[float, torch.Tensor]:
+        losses = full_losses(data, z, model.radius, FULL_BATCH_MAX)
+        return objective(losses), losses
 
     n = len(data.obs)
     if n > FULL_BATCH_MAX:
@@ -84,14 +100,16 @@ def smoothed_descent(
     result.setup_seconds = time.perf_counter() - data.started
     v = start.detach().clone().requires_grad_(True)
     params = [v, *duals]
-    with torch.no_grad():
-        scale = max(float(imitation_losses(data, None, v, model.radius, 0.0, None).mean()), atol)
-    best_z, best = start.detach().clone(), exact(start.detach())
+    best, losses = exact(start.detach())
+    scale = max(float(losses.mean()), atol)
+    best_z = start.detach().clone()
     result.trace.append(best)
     previous, evals = best, 0
     bar = tqdm(total=steps, desc=method, unit="eval", disable=not progress, leave=False)
     for stage in range(stages):
-        temperature = smoothing * 3.0**-stage * scale
+        temperature = smoothing * cooling**-stage * scale
+        members = _working_set(surrogate, losses, temperature, cfg.working_set)
+        stage_losses = _stage_losses(data, members, losses, model.radius)
         opt = torch.optim.LBFGS(
             params,
             lr=1,
@@ -102,11 +120,15 @@ def smoothed_descent(
             line_search_fn="strong_wolfe",
         )
 
-        def closure(temperature: float = temperature, opt: torch.optim.LBFGS = opt) -> torch.Tensor:
+        def closure(
+            temperature: float = temperature,
+            opt: torch.optim.LBFGS = opt,
+            stage_losses: Callable[[torch.Tensor], torch.Tensor] = stage_losses,
+        ) -> torch.Tensor:
             nonlocal evals
             evals += 1
             opt.zero_grad(set_to_none=True)
-            value = surrogate(imitation_losses(data, None, v, model.radius, 0.0, None), temperature)
+            value = surrogate(stage_losses(v), temperature)
             if not math.isfinite(float(value.detach())):
                 raise FloatingPointError(
                     f"{method}: the smoothed objective is {float(value.detach())} after "
@@ -125,11 +147,14 @@ def smoothed_descent(
                 break
             ref = value
         z = project(v.detach(), model.radius)
-        now = exact(z)
+        now, losses = exact(z)
         result.trace.append(now)
         if now < best:
             best, best_z = now, z
-        if not now < previous - max(tol * abs(previous), atol):
+        moved = members is not None and _set_changed(surrogate, losses, temperature, members, tol)
+        if moved:
+            result.extra["set_changes"] = result.extra.get("set_changes", 0.0) + 1
+        if not moved and not now < previous - max(tol * abs(previous), atol):
             result.converged = True
             break
         previous = now
@@ -141,3 +166,59 @@ def smoothed_descent(
     result.z, result.objective = best_z, best
     result.steps, result.seconds = evals, time.perf_counter() - data.started
     return result
+
+
+def _weights(surrogate: Surrogate, losses: torch.Tensor, temperature: float) -> torch.Tensor:
+    """How much each transition's loss moves the smoothed objective, at these losses."""
+    every = losses.detach().clone().requires_grad_(True)
+    with torch.enable_grad():
+        (grad,) = torch.autograd.grad(surrogate(every, temperature), every)
+    return grad.abs()
+
+
+def _working_set(
+    surrogate: Surrogate, losses: torch.Tensor, temperature: float, margin: float
+) -> torch.Tensor | None:
+    """The transitions whose weight is within e^-margin of the largest (None: all of them,
+    or working sets are off, margin 0). Below a fifth of the set left out, the indexing
+    costs more than the smaller actor pass saves."""
+    if margin <= 0:
+        return None
+    w = _weights(surrogate, losses, temperature)
+    keep = w >= math.exp(-margin) * w.max()
+    if int(keep.sum()) > 0.8 * len(losses):
+        return None
+    return keep.nonzero().squeeze(1)
+
+
+def _set_changed(
+    surrogate: Surrogate,
+    losses: torch.Tensor,
+    temperature: float,
+    members: torch.Tensor,
+    tol: float,
+) -> bool:
+    """Whether the transitions left out of a stage carry more than `tol` of the smoothed
+    objective's weight at its end: then the stage's descent followed a gradient wrong by
+    more than the tolerance the convergence test applies."""
+    w = _weights(surrogate, losses, temperature)
+    out = w.sum() - w[members].sum()
+    return bool(out > tol * w.sum())
+
+
+def _stage_losses(
+    data: Prepared, members: torch.Tensor | None, losses: torch.Tensor, radius: float
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """Every transition's loss at z for a stage: the actor's on `members` (None: all), the
+    stage's starting `losses` elsewhere."""
+    if members is None:
+        return lambda v: imitation_losses(data, None, v, radius, 0.0, None)
+    sub = replace(
+        data,
+        obs=data.obs[members],
+        action=data.action[members],
+        actor_obs=data.actor_obs[members],
+        s_embed=data.s_embed[members],
+    )
+    frozen = losses.detach()
+    return lambda v: frozen.index_put((members,), imitation_losses(sub, None, v, radius, 0.0, None))

@@ -91,7 +91,11 @@ class HeavyConfig(FBILConfig):
     # The smoothed L-BFGS descent (linear critic, solver "lbfgs", the ball inactive):
     # its first temperature, relative to the mean loss at the start, / 3 at each stage.
     smoothing: float = 0.3
+    cooling: float = 3.0  # the temperature's divisor from one stage to the next
     stages: int = 6
+    # A stage's actor passes cover only the transitions weighing more than e^-30 of the
+    # heaviest in the smoothed objective (`continuation`); 0 runs every stage on all.
+    working_set: float = 30.0
     # L-BFGS iterations per round of a stage (FB-IL's start keeps `patience`). 50, where
     # RBFM-Light takes 20: on cheetah and walker (seed 0) 20 left Heavy's worst case 2%
     # higher (1.0397 against 1.0194) while 50 already keeps it within 3x FB-IL's time.
@@ -105,6 +109,8 @@ class HeavyConfig(FBILConfig):
         in_range("HeavyConfig", "critic_lr", self.critic_lr, 0, 1, open_low=True)
         in_range("HeavyConfig", "tau_lr", self.tau_lr, 0, 10, open_low=True)
         in_range("HeavyConfig", "smoothing", self.smoothing, 0, 100, open_low=True)
+        in_range("HeavyConfig", "cooling", self.cooling, 1, 1000, open_low=True)
+        in_range("HeavyConfig", "working_set", self.working_set, 0, 700)
         in_range("HeavyConfig", "stages", self.stages, 1, 30, integer=True)
         in_range("HeavyConfig", "stage_iters", self.stage_iters, 1, integer=True)
         if self.critic not in CRITICS:

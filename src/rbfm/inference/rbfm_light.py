@@ -42,7 +42,11 @@ class LightConfig(FBILConfig):
     # The smoothed L-BFGS descent (solver "lbfgs", `continuation`): its first temperature,
     # relative to the mean loss at the start, divided by 3 at each of at most `stages`.
     smoothing: float = 0.3
+    cooling: float = 3.0  # the temperature's divisor from one stage to the next
     stages: int = 6
+    # A stage's actor passes cover only the transitions weighing more than e^-30 of the
+    # heaviest in the smoothed objective (`continuation`); 0 runs every stage on all.
+    working_set: float = 30.0
     # L-BFGS iterations per round of a stage (FB-IL's start keeps `patience`): each stage
     # starts from the last one's end, near its optimum. 20 rather than 50: on cheetah,
     # walker and quadruped (seed 0) it took Light from 2.4-3.1x to 1.2-1.6x FB-IL's time,
@@ -55,6 +59,8 @@ class LightConfig(FBILConfig):
         in_range("LightConfig", "eps", self.eps, 0, 1)
         check_start("LightConfig", self.start)
         in_range("LightConfig", "smoothing", self.smoothing, 0, 100, open_low=True)
+        in_range("LightConfig", "cooling", self.cooling, 1, 1000, open_low=True)
+        in_range("LightConfig", "working_set", self.working_set, 0, 700)
         in_range("LightConfig", "stages", self.stages, 1, 30, integer=True)
         in_range("LightConfig", "stage_iters", self.stage_iters, 1, integer=True)
 
