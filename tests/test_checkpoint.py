@@ -169,7 +169,7 @@ def test_a_domain_name_names_the_shipped_model(
 
     assets = tmp_path / "assets"
     assets.mkdir()
-    for stem in ("cheetah_cpu", "walker_aps", "walker_rnd"):
+    for stem in ("cheetah_cpu", "walker_aps", "walker_rnd", "walker_rnd-v1"):
         (assets / f"{stem}.json").write_text("{}")
     monkeypatch.setattr(checkpoint, "ASSETS", assets)
     monkeypatch.chdir(tmp_path)
@@ -178,6 +178,8 @@ def test_a_domain_name_names_the_shipped_model(
     # RND is the default although walker_aps comes first by name.
     assert resolve("walker") == resolve("walker:rnd") == assets / "walker_rnd"
     assert resolve("walker:aps") == assets / "walker_aps"
+    # A replaced model stays loadable by its label, outside the default lookup.
+    assert resolve("walker:rnd-v1") == assets / "walker_rnd-v1"
     with pytest.raises(CheckpointError, match=r"no quadruped model is shipped with rbfm"):
         resolve("quadruped")
     with pytest.raises(CheckpointError, match=r"no walker:proto model is shipped"):

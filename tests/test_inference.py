@@ -240,6 +240,12 @@ def test_a_capped_descent_says_it_did_not_converge(model: FBModel, demos: Demos)
         res = infer(model, demos.sample(2, seed=0), method, seed=0, steps=5, settings=settings)
         # L-BFGS stops at the cap too, after the line search under way (<= 25 evaluations).
         assert 5 <= res.steps < 5 + 25 and not res.converged, (method, settings)
+        assert res.cap == "step cap"
+    # One stage that lowers the objective: the stage cap, not the step cap, stops it.
+    z = project(torch.randn(model.cfg.z_dim, generator=torch.Generator().manual_seed(2)), 1.0)
+    noisy = generate_demos(model, "cheetah", "run", z * model.radius, 2, 0, action_noise=0.3)
+    res = infer(model, noisy.sample(2, seed=0), "rbfm-light", seed=0, stages=1)
+    assert not res.converged and res.cap == "stage cap" and res.steps < 3000
 
 
 def test_library_calls_leave_the_global_random_state_alone(model: FBModel, demos: Demos) -> None:

@@ -293,13 +293,17 @@ def _cmd_infer(args: argparse.Namespace) -> None:
         described,
         progress=True,
     )
-    state = (
-        "converged"
-        if res.converged
-        else "NOT converged: the step cap came first (raise --steps)"
-        if args.settings == "default"
-        else "still improving at the end (the paper's fixed step count)"
-    )
+    if res.converged:
+        state = "converged"
+    elif args.settings != "default":
+        state = "still improving at the end (the paper's fixed step count)"
+    elif res.cap == "step cap":
+        state = "NOT converged: the step cap came first (raise --steps)"
+    else:
+        state = (
+            "NOT converged: its last temperature stage still improved the objective "
+            "(the z is its best exact iterate)"
+        )
     n = len(demos.transitions()["action"])
     print(
         f"{args.method} ({args.settings} settings): z written to {args.out} "

@@ -110,7 +110,7 @@ def quickstart(cfg: QuickstartConfig, progress: bool = True) -> list[SweepRow]:
             cap = {} if cfg.inference_steps is None else {"steps": cfg.inference_steps}
             res = infer(model, draw, method, seed, progress, settings=cfg.settings, **cap)
             zs.append((method, res.z))
-            state = "converged" if res.converged else "NOT converged (step cap)"
+            state = "converged" if res.converged else f"NOT converged ({res.cap})"
             _log(
                 start,
                 f"{method} seed {seed}: {res.steps} steps in {res.seconds:.1f} s, {state}, "

@@ -25,6 +25,9 @@ class InferenceResult:
     trace: list[float] = field(default_factory=list)
     objective: float = math.nan
     converged: bool = False  # the stopping rule held (see `Plateau`), not the step cap
+    # What stopped a run that did not converge: its step cap, or (smoothed continuations)
+    # its stage cap, the last temperature stage still improving the objective.
+    cap: str = "step cap"
     seconds: float = 0.0  # everything, preparation included
     setup_seconds: float = 0.0  # the once-per-run part: tensors, embeddings, features
     steps: int = 0  # steps taken (<= the config's cap)

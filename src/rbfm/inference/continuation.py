@@ -161,6 +161,8 @@ def smoothed_descent(
         if evals >= steps:
             break
     bar.close()
+    if not result.converged and evals < steps:
+        result.cap = "stage cap"
     if not torch.isfinite(best_z).all():
         raise FloatingPointError(f"{method}: the task vector is not finite; nothing written")
     result.z, result.objective = best_z, best
