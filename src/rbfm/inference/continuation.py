@@ -6,8 +6,9 @@ halving step sizes settles there, slowly (hundreds of steps after its last progr
 Each has a smooth approximation at a temperature T, within about T log n of it and
 smooth jointly in z and its dual variables (`duals.light_smoothed`,
 `flow_lp.flow_smoothed`). L-BFGS with a strong Wolfe line search minimises it over
-(v, dual variables), z = sqrt(d) v / ||v||, for T = smoothing x 3^-k x the mean loss at
-the start, k = 0, 1, ..., each stage from where the last one ended, in rounds of
+(v, dual variables), z = sqrt(d) v / ||v||, for T = smoothing x cooling^-k x the mean
+loss at the start (cooling 3 by default), k = 0, 1, ..., each stage from where the last
+one ended, in rounds of
 `stage_iters` iterations until a round improves the smoothed value by less than `tol`.
 After each stage the exact objective is evaluated at its z; the continuation has
 converged when a stage improved it by less than max(tol x value, atol), and stops at
