@@ -28,7 +28,7 @@ from rbfm.inference import generate_demos, infer
 
 MODELS = [
     ("cheetah", "run"),
-    ("walker", "flip"),
+    ("walker:rnd-v1", "flip"),  # the walker measured in docs/inference.md
     ("walker:aps", "flip"),
     ("walker:proto", "flip"),
     ("quadruped", "jump"),

@@ -21,6 +21,17 @@ def test_help_lists_the_subcommands(capsys: pytest.CaptureFixture[str]) -> None:
         assert command in out
 
 
+def test_experiment_help_names_every_preset(capsys: pytest.CaptureFixture[str]) -> None:
+    # The help is written out (importing the presets would slow every command's start).
+    from rbfm.experiments.spec import PRESETS
+
+    with pytest.raises(SystemExit):
+        main(["experiment", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    listed = out.split("Presets: ")[1].split(" (see")[0].split(", ")
+    assert listed == list(PRESETS)
+
+
 def test_envs_lists_tasks_and_perturbations(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["envs"]) == 0
     out = capsys.readouterr().out
