@@ -248,6 +248,20 @@ def test_a_capped_descent_says_it_did_not_converge(model: FBModel, demos: Demos)
     assert not res.converged and res.cap == "stage cap" and res.steps < 3000
 
 
+def test_a_z_file_says_what_stopped_an_unconverged_run(
+    model: FBModel, demos: Demos, tmp_path: Path
+) -> None:
+    from rbfm.policy_files import infer_to_file, load_z
+
+    meta = {"sha256": "0" * 64}
+    d = demos.sample(2, seed=0)
+    infer_to_file(model, meta, "m", d, "fbil", 0, tmp_path / "a.json", overrides={"steps": 5})
+    assert load_z(tmp_path / "a.json")[1]["cap"] == "step cap"
+    infer_to_file(model, meta, "m", d, "fbil", 0, tmp_path / "b.json")
+    _, done = load_z(tmp_path / "b.json")
+    assert done["converged"] and "cap" not in done
+
+
 def test_library_calls_leave_the_global_random_state_alone(model: FBModel, demos: Demos) -> None:
     before = torch.random.get_rng_state()
     infer(model, demos.sample(1, seed=0), "rbfm-heavy", seed=0, steps=5)

@@ -129,6 +129,8 @@ def infer_to_file(
         # The method's objective on every demonstration transition at z (deterministic).
         "objective": result.objective,
         "converged": result.converged,
+        # What stopped it when it did not converge: "step cap" or "stage cap".
+        **({} if result.converged else {"cap": result.cap}),
         **result.extra,
     }
     save_z(out, result.z, meta)
