@@ -70,12 +70,11 @@ def resolve(path: str | os.PathLike[str]) -> Path:
 
 
 def _shipped_names() -> list[str]:
-    """The names `resolve` accepts for the shipped models: `walker`, `walker:aps`..."""
-    names = []
-    for f in sorted(ASSETS.glob("*.json")):
-        domain, _, label = f.stem.partition("_")
-        names.append(domain if label == "rnd" else f"{domain}:{label}")
-    return names
+    """The names `resolve` accepts for the shipped models, each domain's default first:
+    `walker`, `walker:aps`..."""
+    pairs = sorted(f.stem.partition("_")[::2] for f in ASSETS.glob("*.json"))
+    pairs.sort(key=lambda p: (p[0], p[1] != "rnd"))  # stable: labels stay in name order
+    return [d if label == "rnd" else f"{d}:{label}" for d, label in pairs]
 
 
 def shipped_model(domain: str, dataset: str | None = None) -> Path | None:
