@@ -151,7 +151,7 @@ PRESETS: dict[str, ExperimentSpec] = {
     # not). No certificates: their MLP critic fits would cost more than the whole
     # inference, and docs/inference.md measures each method's own objective exactly.
     # Walker is pinned to the model it was measured on (the default until issue 20's),
-    # so that rerunning the preset finds its cells done.
+    # so that rerunning the preset measures the same models.
     "converge": ExperimentSpec(
         name="converge",
         models=(

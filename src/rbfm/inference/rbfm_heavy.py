@@ -89,7 +89,7 @@ class HeavyConfig(FBILConfig):
     # too slow to solve at every step.
     critic: str = "auto"
     # The smoothed L-BFGS descent (linear critic, solver "lbfgs", the ball inactive):
-    # its first temperature, relative to the mean loss at the start, / 3 at each stage.
+    # its first temperature, relative to the mean loss at the start, / `cooling` each stage.
     smoothing: float = 0.3
     cooling: float = 3.0  # the temperature's divisor from one stage to the next
     stages: int = 6

@@ -40,7 +40,7 @@ class LightConfig(FBILConfig):
     eps: float = 0.8
     start: str = "fbil"  # "fbil": from FB-IL's converged z (`fbil.robust_start`); "warm": z_w
     # The smoothed L-BFGS descent (solver "lbfgs", `continuation`): its first temperature,
-    # relative to the mean loss at the start, divided by 3 at each of at most `stages`.
+    # relative to the mean loss at the start, divided by `cooling` at each of at most `stages`.
     smoothing: float = 0.3
     cooling: float = 3.0  # the temperature's divisor from one stage to the next
     stages: int = 6
