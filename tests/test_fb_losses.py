@@ -206,6 +206,8 @@ def test_fb_config_overrides_are_checked() -> None:
         fb_config("cpu", conservative_coef=-1)
     with pytest.raises(ConfigError, match=r"conservative_actions: 1 \(valid: >= 2\)"):
         fb_config("cpu", conservative_actions=1)
+    with pytest.raises(ConfigError, match=r"actor_bc: -0.1 is negative \(valid: >= 0\)"):
+        fb_config("cpu", actor_bc=-0.1)
     with pytest.raises(ConfigError, match=r"lr_end: 1.5 is out of range \(valid: 0..1\)"):
         fb_config("cpu", lr_end=1.5)
     with pytest.raises(ConfigError, match=r"average_tau: 1.0 is out of range"):
@@ -356,3 +358,54 @@ def test_observation_normaliser_feeds_every_network_standardised_states(tmp_path
             torch.testing.assert_close(loaded.target_forward_map.norm.std, scale)
     with pytest.raises(ValueError, match="no observation normaliser"):
         plain.set_obs_stats(mean, std)
+
+
+def test_behaviour_cloned_actor_loss_is_td3_bc_over_alpha() -> None:
+    """-lambda Q + (pi - a)^2 with lambda = alpha / mean|Q|, divided by alpha = 1 / bc;
+    the normaliser carries no gradient."""
+    from rbfm.fb.losses import behaviour_cloned_actor_loss
+
+    g = torch.Generator().manual_seed(4)
+    F_pi, z = torch.randn(2, 9, 4, generator=g), torch.randn(9, 4, generator=g)
+    pi = torch.randn(9, 3, generator=g, requires_grad=True)
+    a = torch.randn(9, 3, generator=g)
+    q = torch.minimum((F_pi[0] * z).sum(-1), (F_pi[1] * z).sum(-1))
+    alpha = 2.5
+    td3_bc = -alpha / q.abs().mean() * q.mean() + ((pi - a) ** 2).mean()
+    loss = behaviour_cloned_actor_loss(F_pi, z, pi, a, 1 / alpha)
+    assert loss.item() == pytest.approx(td3_bc.item() / alpha, rel=1e-6)
+    F_pi.requires_grad_(True)
+    behaviour_cloned_actor_loss(F_pi, z, pi, a, 0.0).backward()
+    # Without cloning the gradient is actor_loss's divided by the held mean |Q|.
+    want = torch.autograd.grad(actor_loss(F_pi, z), F_pi)[0] / q.abs().mean()
+    torch.testing.assert_close(F_pi.grad, want)
+
+
+def test_behaviour_cloning_keeps_the_actor_on_the_data_action() -> None:
+    """From the same start and minibatches, in which the data takes a single action, the
+    actor trained with cloning ends nearer that action than the actor trained without."""
+    from dataclasses import replace
+
+    from rbfm.fb import FBModel, FBTrainer, fb_config
+
+    g = torch.Generator().manual_seed(0)
+    obs = torch.randn(32, 5, generator=g)
+    batch = {
+        "observation": obs,
+        "action": torch.full((32, 2), 0.5),
+        "next_observation": obs + 0.1 * torch.randn(32, 5, generator=g),
+        "discount": torch.ones(32),
+    }
+    distances = []
+    for bc in (0.0, 1.0):
+        torch.manual_seed(0)
+        cfg = replace(fb_config("tiny"), actor_bc=bc, lr=1e-3)
+        trainer = FBTrainer(FBModel(5, 2, cfg), 0)
+        for _ in range(200):
+            out = trainer.update(batch)
+        assert ("bc" in out) == (bc > 0)
+        with torch.no_grad():
+            pi = trainer.model.actor(obs, trainer.sample_z(obs))
+        distances.append(float((pi - batch["action"]).square().mean()))
+    # Measured: 0.71 without cloning, 0.018 with it.
+    assert distances[1] < 0.2 * distances[0], distances

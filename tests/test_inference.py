@@ -261,6 +261,8 @@ def test_a_z_file_says_what_stopped_an_unconverged_run(
     infer_to_file(model, meta, "m", d, "fbil", 0, tmp_path / "b.json")
     _, done = load_z(tmp_path / "b.json")
     assert done["converged"] and "cap" not in done
+    # A converged result names no cap.
+    assert infer(model, d, "fbil", seed=0).cap is None
 
 
 def test_library_calls_leave_the_global_random_state_alone(model: FBModel, demos: Demos) -> None:

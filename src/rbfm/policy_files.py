@@ -130,7 +130,7 @@ def infer_to_file(
         "objective": result.objective,
         "converged": result.converged,
         # What stopped it when it did not converge: "step cap" or "stage cap".
-        **({} if result.converged else {"cap": result.cap}),
+        **({} if result.cap is None else {"cap": result.cap}),
         **result.extra,
     }
     save_z(out, result.z, meta)

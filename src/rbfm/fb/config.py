@@ -35,6 +35,12 @@ class FBConfig:
     # narrow data overvalues actions the data lacks (docs/pretraining.md).
     conservative_coef: float = 0.0
     conservative_actions: int = 4
+    # Behaviour cloning in the actor (TD3+BC, Fujimoto & Gu 2021; not in the paper,
+    # 0 = off): the actor minimises -Q / mean|Q| + actor_bc * mean (pi(s, z) - a)^2,
+    # i.e. TD3+BC with alpha = 1 / actor_bc (its default alpha 2.5 is 0.4). Offline FB
+    # on this project's data lets Q grow while F's fit of the data decays
+    # (docs/pretraining.md, "Q grows while the fit decays"): the actor leaves the data.
+    actor_bc: float = 0.0
     actor_noise: float = 0.2
     actor_noise_clip: float = 0.3
     reward_samples: int = 10_000  # labelled states for zero-shot reward inference
@@ -72,6 +78,8 @@ class FBConfig:
             raise ConfigError(
                 f"FB config conservative_coef: {self.conservative_coef} is negative (valid: >= 0)"
             )
+        if self.actor_bc < 0:
+            raise ConfigError(f"FB config actor_bc: {self.actor_bc} is negative (valid: >= 0)")
         if self.conservative_actions < 2:
             raise ConfigError(
                 f"FB config conservative_actions: {self.conservative_actions} (valid: >= 2)"

@@ -61,6 +61,25 @@ def actor_loss(F_pi: torch.Tensor, z: torch.Tensor, penalty: float = 0.5) -> tor
     return -pessimistic((F_pi * z).sum(-1), penalty).mean()
 
 
+def behaviour_cloned_actor_loss(
+    F_pi: torch.Tensor,
+    z: torch.Tensor,
+    pi: torch.Tensor,
+    action: torch.Tensor,
+    bc: float,
+    penalty: float = 0.5,
+) -> torch.Tensor:
+    """TD3+BC's actor loss on FB's Q: -mean_i Q_i / mean_i |Q_i| + bc * mean (pi - a)^2.
+
+    Q_i = `pessimistic` over k of F_k(s_i, pi_i, z_i)^T z_i, and mean |Q| is held constant
+    in the gradient. This is TD3+BC's -lambda Q + (pi - a)^2 with lambda = alpha / mean|Q|,
+    divided by alpha = 1 / bc: bc weighs cloning against a Q of unit scale, whatever F's
+    scale. pi is the actor's action before exploration noise, `action` the data's.
+    """
+    q = pessimistic((F_pi * z).sum(-1), penalty)
+    return -q.mean() / q.abs().mean().detach() + bc * (pi - action).square().mean()
+
+
 def conservative_penalty(q_sampled: torch.Tensor, q_data: torch.Tensor) -> torch.Tensor:
     """Value-conservative penalty (CQL's, as VC-FB applies it to FB), summed over heads.
 

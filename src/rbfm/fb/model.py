@@ -13,6 +13,7 @@ from torch import nn
 from rbfm.fb.config import FBConfig
 from rbfm.fb.losses import (
     actor_loss,
+    behaviour_cloned_actor_loss,
     conservative_penalty,
     fb_loss,
     orthonormality_loss,
@@ -165,9 +166,16 @@ class FBTrainer:
         self.fb_opt.step()
 
         with _autocast(cfg.bf16, self.device):
-            pi = noisy(m.actor(obs, z), cfg.actor_noise, cfg.actor_noise_clip, g)
+            mu = m.actor(obs, z)
+            pi = noisy(mu, cfg.actor_noise, cfg.actor_noise_clip, g)
             f_pi = m.forward_map(obs, pi, z).float()
-        a_loss = actor_loss(f_pi, z, cfg.actor_pessimism)
+        if cfg.actor_bc > 0:
+            a_loss = behaviour_cloned_actor_loss(
+                f_pi, z, mu.float(), action, cfg.actor_bc, cfg.actor_pessimism
+            )
+            metrics["bc"] = (mu.detach().float() - action).square().mean()
+        else:
+            a_loss = actor_loss(f_pi, z, cfg.actor_pessimism)
         self.actor_opt.zero_grad(set_to_none=True)
         # Only the actor's gradients: F's weight gradients would be discarded anyway.
         a_loss.backward(inputs=list(m.actor.parameters()))
@@ -186,7 +194,7 @@ class FBTrainer:
             "fb_diag": diag.detach(),
             "ortho": ortho.detach(),
             "actor_loss": a_loss.detach(),
-            "q": -a_loss.detach(),
+            "q": pessimistic((f_pi.detach() * z).sum(-1), cfg.actor_pessimism).mean(),
             # Q at the data's actions with the actor's pessimism: a growing gap to "q"
             # is the actor exploiting F where the data says nothing.
             "q_data": pessimistic(q_data.detach(), cfg.actor_pessimism).mean(),

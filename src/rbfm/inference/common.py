@@ -25,13 +25,21 @@ class InferenceResult:
     trace: list[float] = field(default_factory=list)
     objective: float = math.nan
     converged: bool = False  # the stopping rule held (see `Plateau`), not the step cap
-    # What stopped a run that did not converge: its step cap, or (smoothed continuations)
-    # its stage cap, the last temperature stage still improving the objective.
-    cap: str = "step cap"
+    # A smoothed continuation ran out of temperature stages while the last still improved
+    # the objective (before its step cap).
+    stage_capped: bool = False
     seconds: float = 0.0  # everything, preparation included
     setup_seconds: float = 0.0  # the once-per-run part: tensors, embeddings, features
     steps: int = 0  # steps taken (<= the config's cap)
     extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def cap(self) -> str | None:
+        """What stopped a run that did not converge ("step cap" or "stage cap"); None
+        for a converged one."""
+        if self.converged:
+            return None
+        return "stage cap" if self.stage_capped else "step cap"
 
     @property
     def ms_per_step(self) -> float:

@@ -31,42 +31,49 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-from typing import Protocol
+from dataclasses import dataclass, replace
 
 import torch
 from tqdm import tqdm
 
+from rbfm.checks import in_range
 from rbfm.errors import ConfigError
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
 from rbfm.inference.common import InferenceResult, Prepared, full_losses, imitation_losses
-from rbfm.inference.fbil import FULL_BATCH_MAX, budget
+from rbfm.inference.fbil import FULL_BATCH_MAX, FBILConfig, budget, check_start
 
 # The smooth objective at a temperature, from every transition's loss (dual variables
 # are closed over by the caller, and passed as `duals` to be optimised with z).
 Surrogate = Callable[[torch.Tensor, float], torch.Tensor]
 
 
-class Settings(Protocol):
-    """The continuation's fields of a method's config (LightConfig, HeavyConfig)."""
+@dataclass(frozen=True)
+class SmoothedConfig(FBILConfig):
+    """FB-IL's settings with the continuation's, shared by LightConfig and HeavyConfig."""
 
-    @property
-    def smoothing(self) -> float: ...
-    @property
-    def cooling(self) -> float: ...
-    @property
-    def stages(self) -> int: ...
-    @property
-    def stage_iters(self) -> int: ...
-    @property
-    def steps(self) -> int: ...
-    @property
-    def tol(self) -> float: ...
-    @property
-    def atol(self) -> float: ...
-    @property
-    def working_set(self) -> float: ...
+    start: str = "fbil"  # "fbil": from FB-IL's converged z (`fbil.robust_start`); "warm": z_w
+    # The first temperature, relative to the mean loss at the start, divided by `cooling`
+    # at each of at most `stages`.
+    smoothing: float = 0.3
+    cooling: float = 3.0  # the temperature's divisor from one stage to the next
+    stages: int = 6
+    # A stage's actor passes cover only the transitions weighing more than e^-30 of the
+    # heaviest in the smoothed objective (module docstring); 0 runs every stage on all.
+    working_set: float = 30.0
+    # L-BFGS iterations per round of a stage (FB-IL's start keeps `patience`): each stage
+    # starts from the last one's end, near its optimum. Each method sets its own.
+    stage_iters: int = 20
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        owner = type(self).__name__
+        check_start(owner, self.start)
+        in_range(owner, "smoothing", self.smoothing, 0, 100, open_low=True)
+        in_range(owner, "cooling", self.cooling, 1, 1000, open_low=True)
+        in_range(owner, "working_set", self.working_set, 0, 700)
+        in_range(owner, "stages", self.stages, 1, 30, integer=True)
+        in_range(owner, "stage_iters", self.stage_iters, 1, integer=True)
 
 
 def smoothed_descent(
@@ -77,7 +84,7 @@ def smoothed_descent(
     surrogate: Surrogate,
     duals: Sequence[torch.Tensor],
     objective: Callable[[torch.Tensor], float],
-    cfg: Settings,
+    cfg: SmoothedConfig,
     progress: bool = False,
 ) -> InferenceResult:
     """Minimises `objective` (the method's exact objective, of every transition's loss)
@@ -162,8 +169,7 @@ def smoothed_descent(
         if evals >= steps:
             break
     bar.close()
-    if not result.converged and evals < steps:
-        result.cap = "stage cap"
+    result.stage_capped = not result.converged and evals < steps
     if not torch.isfinite(best_z).all():
         raise FloatingPointError(f"{method}: the task vector is not finite; nothing written")
     result.z, result.objective = best_z, best

@@ -34,13 +34,11 @@ from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError
 from rbfm.fb.model import FBModel
 from rbfm.inference.common import InferenceResult, Prepared, full_losses, prepare
-from rbfm.inference.continuation import smoothed_descent
+from rbfm.inference.continuation import SmoothedConfig, smoothed_descent
 from rbfm.inference.convergence import Plateau
 from rbfm.inference.fbil import (
     FULL_BATCH_MAX,
     Descent,
-    FBILConfig,
-    check_start,
     descend,
     robust_start,
 )
@@ -61,7 +59,7 @@ CRITICS = ("auto", "linear", "mlp")
 
 
 @dataclass(frozen=True)
-class HeavyConfig(FBILConfig):
+class HeavyConfig(SmoothedConfig):
     """FB-IL's default settings with the robust dual's; SETTINGS["paper"]: Table 7."""
 
     eps: float = 0.8
@@ -78,7 +76,6 @@ class HeavyConfig(FBILConfig):
     # (Q ~ mean loss / (1 - gamma) = 100x the losses) takes Adam at 3e-4 ~ 10^5 steps.
     # The function class is the same (one more bias); only the parametrisation changes.
     critic_shift: bool = True
-    start: str = "fbil"  # "fbil": from FB-IL's converged z (`fbil.robust_start`); "warm": z_w
     # "linear": Q linear in F(s, a, z_w) (and a constant), the class FB's own Q-functions
     # Q_r = F^T z_r belong to; the minimum over (Q, tau) is then a linear program solved
     # exactly (`robust.flow_lp`). "mlp": the paper's MLP critic, fitted by Adam jointly
@@ -88,31 +85,18 @@ class HeavyConfig(FBILConfig):
     # exact program (`FlowLP` with tangents) took 17-58 s a solve on 3,996 transitions,
     # too slow to solve at every step.
     critic: str = "auto"
-    # The smoothed L-BFGS descent (linear critic, solver "lbfgs", the ball inactive):
-    # its first temperature, relative to the mean loss at the start, / `cooling` each stage.
-    smoothing: float = 0.3
-    cooling: float = 3.0  # the temperature's divisor from one stage to the next
-    stages: int = 6
-    # A stage's actor passes cover only the transitions weighing more than e^-30 of the
-    # heaviest in the smoothed objective (`continuation`); 0 runs every stage on all.
-    working_set: float = 30.0
-    # L-BFGS iterations per round of a stage (FB-IL's start keeps `patience`). 50, where
-    # RBFM-Light takes 20: on cheetah and walker (seed 0) 20 left Heavy's worst case 2%
-    # higher (1.0397 against 1.0194) while 50 already keeps it within 3x FB-IL's time.
+    # L-BFGS iterations per round of a stage of the smoothed descent (linear critic,
+    # solver "lbfgs", the ball inactive). 50, where RBFM-Light takes 20: on cheetah and
+    # walker (seed 0) 20 left Heavy's worst case 2% higher (1.0397 against 1.0194) while
+    # 50 already keeps it within 3x FB-IL's time.
     stage_iters: int = 50
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_start("HeavyConfig", self.start)
         check_heavy("HeavyConfig", self.eps, self.gamma, self.divergence, self.tau_init)
         in_range("HeavyConfig", "hidden", self.hidden, 1, integer=True)
         in_range("HeavyConfig", "critic_lr", self.critic_lr, 0, 1, open_low=True)
         in_range("HeavyConfig", "tau_lr", self.tau_lr, 0, 10, open_low=True)
-        in_range("HeavyConfig", "smoothing", self.smoothing, 0, 100, open_low=True)
-        in_range("HeavyConfig", "cooling", self.cooling, 1, 1000, open_low=True)
-        in_range("HeavyConfig", "working_set", self.working_set, 0, 700)
-        in_range("HeavyConfig", "stages", self.stages, 1, 30, integer=True)
-        in_range("HeavyConfig", "stage_iters", self.stage_iters, 1, integer=True)
         if self.critic not in CRITICS:
             raise ConfigError(
                 f"HeavyConfig critic: {self.critic!r} is not one of {', '.join(CRITICS)}"

@@ -20,12 +20,10 @@ from rbfm.checks import in_range
 from rbfm.data.demos import Demos
 from rbfm.fb.model import FBModel
 from rbfm.inference.common import InferenceResult, Prepared, full_losses, prepare
-from rbfm.inference.continuation import smoothed_descent
+from rbfm.inference.continuation import SmoothedConfig, smoothed_descent
 from rbfm.inference.fbil import (
     FULL_BATCH_MAX,
     Descent,
-    FBILConfig,
-    check_start,
     descend,
     robust_start,
 )
@@ -34,35 +32,19 @@ from rbfm.robust.duals import light_objective, light_smoothed
 
 
 @dataclass(frozen=True)
-class LightConfig(FBILConfig):
+class LightConfig(SmoothedConfig):
     """FB-IL's default settings with the TV radius; SETTINGS["paper"]: Table 6."""
 
     eps: float = 0.8
-    start: str = "fbil"  # "fbil": from FB-IL's converged z (`fbil.robust_start`); "warm": z_w
-    # The smoothed L-BFGS descent (solver "lbfgs", `continuation`): its first temperature,
-    # relative to the mean loss at the start, divided by `cooling` at each of at most `stages`.
-    smoothing: float = 0.3
-    cooling: float = 3.0  # the temperature's divisor from one stage to the next
-    stages: int = 6
-    # A stage's actor passes cover only the transitions weighing more than e^-30 of the
-    # heaviest in the smoothed objective (`continuation`); 0 runs every stage on all.
-    working_set: float = 30.0
-    # L-BFGS iterations per round of a stage (FB-IL's start keeps `patience`): each stage
-    # starts from the last one's end, near its optimum. 20 rather than 50: on cheetah,
-    # walker and quadruped (seed 0) it took Light from 2.4-3.1x to 1.2-1.6x FB-IL's time,
-    # its worst case within 0-4% of the 50-iteration stages' (docs/inference.md).
+    # 20 iterations per round rather than 50: on cheetah, walker and quadruped (seed 0)
+    # it took Light from 2.4-3.1x to 1.2-1.6x FB-IL's time, its worst case within 0-4% of
+    # the 50-iteration stages' (docs/inference.md).
     stage_iters: int = 20
 
     def __post_init__(self) -> None:
         super().__post_init__()
         # The adversary moves at most all the mass: beyond 1 the worst case no longer grows.
         in_range("LightConfig", "eps", self.eps, 0, 1)
-        check_start("LightConfig", self.start)
-        in_range("LightConfig", "smoothing", self.smoothing, 0, 100, open_low=True)
-        in_range("LightConfig", "cooling", self.cooling, 1, 1000, open_low=True)
-        in_range("LightConfig", "working_set", self.working_set, 0, 700)
-        in_range("LightConfig", "stages", self.stages, 1, 30, integer=True)
-        in_range("LightConfig", "stage_iters", self.stage_iters, 1, integer=True)
 
 
 PAPER = {**FBIL_PAPER, "steps": 5000, "lr": 5e-4, "start": "warm"}

@@ -95,8 +95,17 @@ def _upgrade(before: dict[str, Any], ident: dict[str, Any]) -> dict[str, Any]:
     return before | {"config": added | before.get("config", {})}
 
 
-# Logged per row of train.csv; "conservative" is empty when the penalty is off.
-_TRAIN_METRICS = ("fb_offdiag", "fb_diag", "ortho", "actor_loss", "q", "q_data", "conservative")
+# Logged per row of train.csv; "conservative" and "bc" are empty when their term is off.
+_TRAIN_METRICS = (
+    "fb_offdiag",
+    "fb_diag",
+    "ortho",
+    "actor_loss",
+    "q",
+    "q_data",
+    "conservative",
+    "bc",
+)
 
 
 class _Csv:
