@@ -80,13 +80,23 @@ def test_run_writes_logs_and_checkpoints(dataset: Path, tmp_path: Path) -> None:
     assert [int(r["step"]) for r in trains] == list(range(10, 81, 10))
     assert float(trains[-1]["updates_per_s"]) > 0
     assert list((run / "tb").glob("events.out.tfevents.*"))
+    # The run's time travels with its checkpoints: updates only, and all of it.
+    assert 0 < latest["train_seconds"] <= latest["wall_seconds"]
 
 
 def test_resume_equals_uninterrupted(dataset: Path, tmp_path: Path) -> None:
     whole = pretrain(_cfg(dataset, tmp_path / "whole", 100), progress=False)
     pretrain(_cfg(dataset, tmp_path / "parts", 50), progress=False)  # stops between checkpoints
+    half = json.loads((tmp_path / "parts" / "latest.json").read_text())
     parts = pretrain(_cfg(dataset, tmp_path / "parts", 100), progress=False)
     _assert_same_weights(whole, parts)
+    # The resumed run's time adds to the first part's, as the weights continue it.
+    done = json.loads((parts / "latest.json").read_text())
+    assert done["train_seconds"] > half["train_seconds"]
+    assert (
+        done["wall_seconds"]
+        > half["wall_seconds"] + (done["train_seconds"] - half["train_seconds"]) * 0.99
+    )
     # A run also evaluates at its last step, so the 50-step run left its row.
     steps = [r["step"] for r in _csv(parts / "eval.csv")]
     assert steps == ["40", "50", "80", "100"]

@@ -160,12 +160,29 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
         model.set_obs_stats(obs.mean(0), obs.std(0))
     trainer = FBTrainer(model, cfg.seed)
     step, best = 0, {"iqm": -np.inf, "step": 0}
+    # Seconds spent so far in updates ("train": evaluations excluded) and in all ("wall"),
+    # summed over resumes up to the last checkpoint; None for runs saved before they
+    # were counted (their earlier time is unknown).
+    elapsed: dict[str, float] | None = {"train": 0.0, "wall": 0.0}
     resume = run / "resume.pt"
     if resume.exists():
         state = torch.load(resume, map_location=device, weights_only=True)
         model.load_state_dict(state["model"])
         trainer.load_state_dict(state["trainer"])
         step, best = int(state["step"]), dict(state["best"])
+        elapsed = state.get("elapsed")
+    started, wall_before = time.perf_counter(), elapsed["wall"] if elapsed else 0.0
+
+    def timing() -> dict[str, float]:
+        """The run's time to this step, for checkpoints (`elapsed` updated in place)."""
+        if elapsed is None:
+            return {}
+        elapsed["wall"] = wall_before + time.perf_counter() - started
+        return {
+            "train_seconds": round(elapsed["train"], 1),
+            "wall_seconds": round(elapsed["wall"], 1),
+        }
+
     meta = {
         "domain": domain,
         "preset": cfg.preset,
@@ -212,14 +229,16 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
     def checkpoint() -> None:
         # Evaluated at this very step: latest carries its IQM and z, as best does.
         extra = evaluated if evaluated.get("step") == step else {}
+        times = timing()
         with trainer.served() as served:
-            save_checkpoint(run / "latest", served, {**meta, **extra, "step": step})
+            save_checkpoint(run / "latest", served, {**meta, **extra, "step": step, **times})
         atomic_save(
             {
                 "step": step,
                 "model": model.state_dict(),
                 "trainer": trainer.state_dict(),
                 "best": best,
+                **({"elapsed": elapsed} if elapsed is not None else {}),
             },
             resume,
         )
@@ -244,6 +263,8 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
                 now = time.perf_counter()
                 values = {k: float(v) for k, v in metrics.items()}
                 rate = (step - since) / (now - tick)
+                if elapsed is not None:
+                    elapsed["train"] += now - tick
                 train_log.write(
                     {
                         "step": step,
@@ -268,7 +289,7 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
                         save_checkpoint(
                             run / "best",
                             served,
-                            {**meta, "step": step, "iqm": score, "task_z": task_z},
+                            {**meta, "step": step, "iqm": score, "task_z": task_z, **timing()},
                         )
                 tick = time.perf_counter()  # evaluation time is not training time
             if step % fb.checkpoint_every == 0 or step == fb.steps:
