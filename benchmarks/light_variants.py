@@ -31,7 +31,7 @@ MODELS = [
     ("walker:rnd-v1", "flip"),  # the walker measured in docs/inference.md
     ("walker:aps", "flip"),
     ("walker:proto", "flip"),
-    ("quadruped", "jump"),
+    ("quadruped:rnd-v1", "jump"),  # likewise the quadruped
 ]
 CACHE = Path("runs/light_variants")
 

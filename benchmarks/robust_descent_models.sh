@@ -13,13 +13,14 @@ run() { # ck task noise seed name methods
   OMP_NUM_THREADS=1 python benchmarks/robust_descent.py --checkpoint $1 --task $2 --noise $3 \
     --seeds $4 --methods $6 --out $out && touch "$done_mark"
 }
-# Walker RND is the model measured (the default until issue 20's, now walker:rnd-v1).
+# Walker RND and quadruped RND are the models measured (the defaults until issue 20's,
+# now walker:rnd-v1 and quadruped:rnd-v1).
 every_model() { # noise seed source methods: one run per shipped model
   run cheetah run $1 $2 cheetah_$3 "$4"
   run walker:rnd-v1 flip $1 $2 walker_$3 "$4"
   run walker:aps flip $1 $2 walker_aps_$3 "$4"
   run walker:proto flip $1 $2 walker_proto_$3 "$4"
-  run quadruped jump $1 $2 quadruped_$3 "$4"
+  run quadruped:rnd-v1 jump $1 $2 quadruped_$3 "$4"
 }
 # Seed 0 of the noisy expert first, then the own expert, then the other seeds; last, the
 # long references (noisy expert, seed 0).

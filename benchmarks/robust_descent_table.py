@@ -22,7 +22,9 @@ CELLS = {
     "walker:rnd-v1": "walker:rnd-v1 flip",
     "walker:aps": "walker_aps flip",
     "walker:proto": "walker_proto flip",
-    "quadruped": "quadruped jump",
+    # Likewise quadruped RND's, on the model now shipped as quadruped:rnd-v1.
+    "quadruped": "quadruped:rnd-v1 jump",
+    "quadruped:rnd-v1": "quadruped:rnd-v1 jump",
 }
 METHODS = {
     "expert": "z_e (expert's own z)",

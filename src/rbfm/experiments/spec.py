@@ -150,8 +150,8 @@ PRESETS: dict[str, ExperimentSpec] = {
     # (where converged methods all return the expert) and on noisy ones (where they need
     # not). No certificates: their MLP critic fits would cost more than the whole
     # inference, and docs/inference.md measures each method's own objective exactly.
-    # Walker is pinned to the model it was measured on (the default until issue 20's),
-    # so that rerunning the preset measures the same models.
+    # Walker and quadruped are pinned to the models they were measured on (the defaults
+    # until issue 20's), so that rerunning the preset measures the same models.
     "converge": ExperimentSpec(
         name="converge",
         models=(
@@ -159,7 +159,12 @@ PRESETS: dict[str, ExperimentSpec] = {
             ModelEntry(
                 "walker", checkpoint="walker:rnd-v1", tasks=("flip",), families=("joint_friction",)
             ),
-            ModelEntry("quadruped", tasks=("jump",), families=("contact_stiffness",)),
+            ModelEntry(
+                "quadruped",
+                checkpoint="quadruped:rnd-v1",
+                tasks=("jump",),
+                families=("contact_stiffness",),
+            ),
         ),
         methods=(
             *_methods(*FB_METHODS),
