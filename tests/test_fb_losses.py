@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from rbfm.fb import actor_loss, fb_loss, orthonormality_loss, reward_z
+from rbfm.fb import FBTrainer, actor_loss, fb_loss, orthonormality_loss, reward_z
 from rbfm.fb.losses import pessimistic
 
 
@@ -290,14 +290,9 @@ def test_conservative_penalty_is_the_logsumexp_gap_summed_over_heads() -> None:
     assert float(conservative_penalty(q - 100, q_data)) == pytest.approx(0, abs=1e-6)
 
 
-def test_the_conservative_penalty_lowers_the_value_of_unseen_actions() -> None:
-    """From the same start and minibatches, in which the data takes a single action, F
-    trained with the penalty values uniform actions below the data's action, and F
-    trained without it above (the actor's exploitation the penalty is there to stop)."""
-    from dataclasses import replace
-
-    from rbfm.fb import FBModel, FBTrainer, fb_config
-
+def _one_action_batch() -> tuple[torch.Generator, dict[str, torch.Tensor]]:
+    """32 transitions of a 5-dim state in which the data always takes action (0.5, 0.5);
+    the generator goes on from where the batch left it."""
     g = torch.Generator().manual_seed(0)
     obs = torch.randn(32, 5, generator=g)
     batch = {
@@ -306,14 +301,36 @@ def test_the_conservative_penalty_lowers_the_value_of_unseen_actions() -> None:
         "next_observation": obs + 0.1 * torch.randn(32, 5, generator=g),
         "discount": torch.ones(32),
     }
+    return g, batch
+
+
+def _trained_on(
+    batch: dict[str, torch.Tensor], **overrides: float
+) -> tuple[FBTrainer, dict[str, torch.Tensor]]:
+    """A tiny-preset trainer (lr 1e-3, seed 0) after 200 updates on `batch`, and the last
+    update's metrics."""
+    from dataclasses import replace
+
+    from rbfm.fb import FBModel, fb_config
+
+    torch.manual_seed(0)
+    cfg = replace(fb_config("tiny"), lr=1e-3, **overrides)
+    trainer = FBTrainer(FBModel(5, 2, cfg), 0)
+    for _ in range(200):
+        out = trainer.update(batch)
+    return trainer, out
+
+
+def test_the_conservative_penalty_lowers_the_value_of_unseen_actions() -> None:
+    """From the same start and minibatches, in which the data takes a single action, F
+    trained with the penalty values uniform actions below the data's action, and F
+    trained without it above (the actor's exploitation the penalty is there to stop)."""
+    g, batch = _one_action_batch()
+    obs = batch["observation"]
     uniform = torch.rand(32, 2, generator=g) * 2 - 1
     gaps = []
     for coef in (0.0, 5.0):
-        torch.manual_seed(0)
-        cfg = replace(fb_config("tiny"), conservative_coef=coef, lr=1e-3)
-        trainer = FBTrainer(FBModel(5, 2, cfg), 0)
-        for _ in range(200):
-            out = trainer.update(batch)
+        trainer, out = _trained_on(batch, conservative_coef=coef)
         assert ("conservative" in out) == (coef > 0)
         with torch.no_grad():
             z = trainer.sample_z(obs)
@@ -384,25 +401,11 @@ def test_behaviour_cloned_actor_loss_is_td3_bc_over_alpha() -> None:
 def test_behaviour_cloning_keeps_the_actor_on_the_data_action() -> None:
     """From the same start and minibatches, in which the data takes a single action, the
     actor trained with cloning ends nearer that action than the actor trained without."""
-    from dataclasses import replace
-
-    from rbfm.fb import FBModel, FBTrainer, fb_config
-
-    g = torch.Generator().manual_seed(0)
-    obs = torch.randn(32, 5, generator=g)
-    batch = {
-        "observation": obs,
-        "action": torch.full((32, 2), 0.5),
-        "next_observation": obs + 0.1 * torch.randn(32, 5, generator=g),
-        "discount": torch.ones(32),
-    }
+    _, batch = _one_action_batch()
+    obs = batch["observation"]
     distances = []
     for bc in (0.0, 1.0):
-        torch.manual_seed(0)
-        cfg = replace(fb_config("tiny"), actor_bc=bc, lr=1e-3)
-        trainer = FBTrainer(FBModel(5, 2, cfg), 0)
-        for _ in range(200):
-            out = trainer.update(batch)
+        trainer, out = _trained_on(batch, actor_bc=bc)
         assert ("bc" in out) == (bc > 0)
         with torch.no_grad():
             pi = trainer.model.actor(obs, trainer.sample_z(obs))
