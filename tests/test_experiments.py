@@ -384,6 +384,17 @@ def test_one_model_under_two_labels_is_refused(checkpoint: str, tmp_path: Path) 
     assert not any(tmp_path.iterdir())
 
 
+def test_two_models_under_one_label_are_refused(checkpoint: str, tmp_path: Path) -> None:
+    # Figures and IQMs group rows by (domain, data label): two models would be pooled.
+    data = smoke_dict(checkpoint)
+    data["models"].append({**data["models"][0], "checkpoint": "cheetah:cpu"})
+    with pytest.raises(ConfigError, match=r"models\[1\].dataset: cheetah on 'rnd' is already"):
+        run_experiment(from_dict(data), tmp_path, LocalExecutor(0))
+    assert not any(tmp_path.iterdir())
+    data["models"][1]["dataset"] = "cpu"
+    assert len(plan(from_dict(data)).demos) == 4
+
+
 def test_tv_certificate_is_the_exact_worst_case() -> None:
     from scipy.optimize import linprog
 

@@ -334,6 +334,15 @@ def plan(spec: ExperimentSpec) -> Plan:
                 "(list each model once)"
             )
         first[m.sha256] = m.index
+    labels: dict[tuple[str, str], int] = {}
+    for m in models:  # figures, tables and IQMs group rows by (domain, data label)
+        if (m.domain, m.dataset) in labels:
+            raise ConfigError(
+                f"models[{m.index}].dataset: {m.domain} on {m.dataset!r} is already "
+                f"models[{labels[m.domain, m.dataset]}]; give each model of a domain its own "
+                'data label (e.g. dataset = "rnd-v1"), or its results would be pooled'
+            )
+        labels[m.domain, m.dataset] = m.index
     all_tasks = {t for m in spec.models for t in (m.tasks or TASKS[m.domain])}
     all_families = {f for m in spec.models for f in (m.families or ())}
     for j, method in enumerate(spec.methods):

@@ -15,7 +15,8 @@ fields, checkpoints) before any work starts, and names the field in its errors.
 
     [[models]]
     domain = "cheetah"
-    dataset = "rnd"              # the data label figures use (Q4: "rnd-100k", "aps", ...)
+    dataset = "rnd"              # the data label figures use (Q4: "rnd-100k", "aps", ...);
+                                 # one model per (domain, label): results group by it
     checkpoint = "shipped"       # the model shipped for the domain, or a path
     tasks = ["walk", "run"]      # default: all of the domain's
     families = ["joint_friction"]  # default: all of the domain's; "none" = nominal only
