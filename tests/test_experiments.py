@@ -395,6 +395,21 @@ def test_two_models_under_one_label_are_refused(checkpoint: str, tmp_path: Path)
     assert len(plan(from_dict(data)).demos) == 4
 
 
+def test_the_first_inference_of_a_process_is_warmed_up_without_changing_it(
+    checkpoint: str,
+) -> None:
+    from rbfm.experiments import jobs
+
+    z = read_meta(checkpoint)["task_z"]["walk"]
+    demos = jobs.run_demos(jobs.DemosJob(checkpoint, "cheetah", "walk", z, 1, 0, noise=0.3))
+    job = jobs.InferJob("fbil", {"steps": 30}, None, 0, demos, checkpoint, certificate_steps=0)
+    jobs._WARMED.clear()
+    first = jobs.run_infer(job)
+    assert (checkpoint, "fbil") in jobs._WARMED
+    again = jobs.run_infer(job)  # no warm-up this time: the same descent, bit for bit
+    assert first.z == again.z and first.objective == again.objective
+
+
 def test_tv_certificate_is_the_exact_worst_case() -> None:
     from scipy.optimize import linprog
 
