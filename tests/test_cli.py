@@ -61,6 +61,24 @@ def test_collect_prints_a_summary_with_every_task(
     assert main(["info", str(tmp_path)]) == 0
 
 
+def test_info_gives_each_task_its_best_episode_and_returns_by_tenth(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rbfm.data import load_dataset, relabel_all
+
+    collect = ["collect", "--domain", "cheetah", "--agent", "random", "--quiet"]
+    assert main([*collect, "--transitions", "2000", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert main(["info", str(tmp_path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    ds = load_dataset(tmp_path)
+    for task, r in relabel_all(ds, "cheetah").items():
+        ret = ds.episode_returns(r)  # two episodes: two "tenths", one episode each
+        row = next(line.split() for line in lines if line.startswith(f"  {task} "))
+        expected = [ret.mean(), ret.max(), *ret]
+        assert [float(x) for x in row[2:]] == pytest.approx(expected, abs=0.51)
+
+
 def test_errors_exit_2_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["info", str(tmp_path / "missing")]) == 2
     assert "no such directory" in capsys.readouterr().err

@@ -20,13 +20,24 @@ _C = TypeVar("_C")
 
 
 def _summary_with_tasks(path: str, progress: bool = True) -> str:
+    import numpy as np
+
     from rbfm.data import load_dataset, relabel_all
 
     ds = load_dataset(path)
     rewards = relabel_all(ds, ds.domain.name, progress)
-    lines = [ds.summary(), "relabelled rewards (mean per step, mean episode return):"]
+    # The episode returns by tenth of the collection show whether the exploration agent's
+    # data was still improving when it stopped (walker RND: walk's tenths rise 60 -> 201
+    # and fall back to 164, docs/models.md).
+    lines = [
+        ds.summary(),
+        "relabelled rewards: mean per step; episode return: mean, best, and mean by tenth "
+        "of the episodes in collection order",
+    ]
     for task, r in rewards.items():
-        lines.append(f"  {task:<14} {r.mean():.4f}   {ds.episode_returns(r).mean():8.1f}")
+        ret = ds.episode_returns(r)
+        tenths = " ".join(f"{part.mean():.0f}" for part in np.array_split(ret, min(10, len(ret))))
+        lines.append(f"  {task:<14} {r.mean():.4f} {ret.mean():8.1f} {ret.max():8.1f}   {tenths}")
     return "\n".join(lines)
 
 
