@@ -105,10 +105,24 @@ def test_rerun_with_other_settings_is_refused(tmp_path: Path) -> None:
         collect(other, progress=False)
 
 
+def test_overrides_reach_the_agent_and_bind_the_collection(tmp_path: Path) -> None:
+    # tiny: 1000 random seed steps, then an update every 4 steps; episode 1 is the first
+    # the agent acts in, so only it can tell how often the agent was updated.
+    plain = _episodes(collect(_cfg(tmp_path / "plain", "rnd", 2000), progress=False))
+    every = (("update_every_steps", 1),)
+    changed = _episodes(collect(_cfg(tmp_path / "u1", "rnd", 2000, overrides=every), False))
+    np.testing.assert_array_equal(plain[0]["action"], changed[0]["action"])
+    assert not np.array_equal(plain[1]["action"], changed[1]["action"])
+    with pytest.raises(ConfigError, match=r"overrides\.update_every_steps: was 1, now None"):
+        collect(_cfg(tmp_path / "u1", "rnd", 2000), progress=False)
+
+
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
         ({"agent": "diayn"}, "valid choices: random, rnd, aps, proto"),
+        ({"agent": "rnd", "overrides": (("width", 3),)}, r"\['width'\] not fields of the rnd"),
+        ({"overrides": (("batch_size", 3),)}, "the random agent has no config"),
         ({"transitions": 0}, "must be positive"),
         ({"domain": "hopper"}, "valid choices: walker"),
         ({"task": "flip"}, "valid choices: walk, run"),
@@ -125,6 +139,7 @@ def test_bad_collection_arguments(tmp_path: Path, changes: dict[str, object], me
     args.update(changes)
     with pytest.raises(ConfigError, match=message):
         collect(CollectConfig(**args), progress=False)  # type: ignore[arg-type]
+    assert not any(tmp_path.iterdir())  # rejected before any directory is made
 
 
 def test_aps_particle_reward_and_skills() -> None:

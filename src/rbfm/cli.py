@@ -62,7 +62,7 @@ def _from_args(cls: type[_C], args: argparse.Namespace, **given: Any) -> _C:
 def _cmd_collect(args: argparse.Namespace) -> None:
     from rbfm.exploration import CollectConfig, collect
 
-    cfg = _from_args(CollectConfig, args)
+    cfg = _from_args(CollectConfig, args, overrides=tuple(parse_assignments(args.set)))
     start = time.perf_counter()
     buffer = collect(cfg, progress=not args.quiet)
     print(f"collected into {buffer} in {time.perf_counter() - start:.1f} s")
@@ -570,6 +570,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field of the agent's preset, e.g. update_every_steps=2 (repeatable; "
+        "part of the collection's identity)",
+    )
     p.set_defaults(func=_cmd_collect)
 
     from rbfm.fb import FB_PRESETS

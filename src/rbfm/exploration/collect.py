@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -93,12 +93,25 @@ class _Explorer:
         self.replay.add(episode, self.agent.skills(index))
 
 
+def agent_config(agent: str, preset: str, overrides: tuple[tuple[str, Any], ...] = ()) -> Any:
+    """The exploration agent's config: its preset with `overrides` (field, value) applied.
+    Fields the agent's config lacks are rejected, naming the valid ones."""
+    presets = {"rnd": rnd_config, "proto": proto_config, "aps": aps_config}
+    base = presets[agent](preset)
+    valid = {f.name for f in fields(base)}
+    bad = sorted({k for k, _ in overrides} - valid)
+    if bad:
+        raise ConfigError(f"--set: {bad} not fields of the {agent} config; valid: {sorted(valid)}")
+    return replace(base, **dict(overrides))
+
+
 def _learner(cfg: CollectConfig, obs_dim: int, action_dim: int, length: int) -> DDPGAgent:
+    acfg = agent_config(cfg.agent, cfg.preset, cfg.overrides)
     if cfg.agent == "rnd":
-        return RNDAgent(obs_dim, action_dim, rnd_config(cfg.preset), cfg.seed, cfg.device)
+        return RNDAgent(obs_dim, action_dim, acfg, cfg.seed, cfg.device)
     if cfg.agent == "proto":
-        return ProtoAgent(obs_dim, action_dim, proto_config(cfg.preset), cfg.seed, cfg.device)
-    return APSAgent(obs_dim, action_dim, aps_config(cfg.preset), cfg.seed, length, cfg.device)
+        return ProtoAgent(obs_dim, action_dim, acfg, cfg.seed, cfg.device)
+    return APSAgent(obs_dim, action_dim, acfg, cfg.seed, length, cfg.device)
 
 
 @dataclass(frozen=True)
@@ -114,6 +127,9 @@ class CollectConfig:
     # The cpu-preset RND networks are small: one intra-op thread runs them fastest
     # (measured: ~510 vs ~460 transitions/s with two on cheetah).
     torch_threads: int | None = 1
+    # (field, value) pairs replacing the agent preset's (`--set`), e.g. more updates per
+    # environment step than the cpu preset's one per 8 (docs/models.md).
+    overrides: tuple[tuple[str, Any], ...] = ()
 
     def identity(self) -> dict[str, Any]:
         """What must match for a rerun to continue the same collection."""
@@ -126,7 +142,13 @@ class CollectConfig:
             "task": task,
             "preset": preset,
             "seed": self.seed,
+            "overrides": dict(self.overrides),
         }
+
+
+def _upgrade(stored: dict[str, Any], identity: dict[str, Any]) -> dict[str, Any]:
+    """Collections made before `overrides` existed had none."""
+    return {"overrides": {}, **stored}
 
 
 def _existing(buffer: Path) -> dict[int, Path]:
@@ -177,13 +199,17 @@ def collect(cfg: CollectConfig, progress: bool = True) -> Path:
         raise unknown("exploration agent", cfg.agent, AGENTS)
     if cfg.transitions <= 0:
         raise ConfigError(f"--transitions must be positive, got {cfg.transitions}")
+    if cfg.agent != "random":
+        agent_config(cfg.agent, cfg.preset, cfg.overrides)  # a bad preset or field: no work
+    elif cfg.overrides:
+        raise ConfigError("--set: the random agent has no config to change")
     spec = get_domain(cfg.domain)
     task = cfg.identity()["task"]
     spec.reward_fn(task)
     algo_dir = Path(cfg.out) / cfg.domain / cfg.agent
     buffer = algo_dir / "buffer"
     buffer.mkdir(parents=True, exist_ok=True)
-    bind_identity(algo_dir / CONFIG_FILE, cfg.identity(), "collection")
+    bind_identity(algo_dir / CONFIG_FILE, cfg.identity(), "collection", _upgrade)
     for tmp in buffer.glob(f".*{TMP_SUFFIX}"):
         tmp.unlink()  # half-written episodes of a killed run
     length = spec.episode_length
