@@ -28,9 +28,10 @@ from rbfm.data.dataset import load_dataset
 from rbfm.data.relabel import relabel_all
 from rbfm.evaluation import EnvSpec, RolloutEngine
 from rbfm.evaluation.stats import mean_ci
-from rbfm.exploration.ddpg import Actor, Critic, polyak
+from rbfm.exploration.ddpg import Actor, Critic, DDPGConfig, polyak, target_action
 
-GAMMA, BATCH, LR, TAU, NOISE, NOISE_CLIP, ACTOR_EVERY = 0.99, 256, 1e-4, 0.01, 0.2, 0.3, 2
+GAMMA, BATCH, LR, TAU, ACTOR_EVERY = 0.99, 256, 1e-4, 0.01, 2
+DDPG = DDPGConfig()  # target-policy noise: stddev 0.2 clipped at 0.3, as URLB
 
 
 def main() -> None:
@@ -95,9 +96,8 @@ def train(
         idx = torch.randint(len(arrays["reward"]), (BATCH,), generator=gen)
         b = {k: v[idx] for k, v in arrays.items()}
         with torch.no_grad():
-            mu = actor_target(b["next_obs"])
-            noise = (torch.randn(mu.shape, generator=gen) * NOISE).clamp(-NOISE_CLIP, NOISE_CLIP)
-            q1, q2 = critic_target(b["next_obs"], (mu + noise).clamp(-1, 1))
+            next_action = target_action(actor_target, b["next_obs"], DDPG, gen)
+            q1, q2 = critic_target(b["next_obs"], next_action)
             target = b["reward"] + GAMMA * b["discount"] * torch.min(q1, q2).squeeze(-1)
         q1, q2 = critic(b["obs"], b["action"])
         critic_loss = F.mse_loss(q1.squeeze(-1), target) + F.mse_loss(q2.squeeze(-1), target)

@@ -13,6 +13,7 @@ import functools
 import gc
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,14 +120,11 @@ _WARMED: set[tuple[str, str]] = set()
 WARMUP_STEPS = 20
 
 
-def _warm_up(job: InferJob, model: FBModel) -> None:
-    from rbfm.inference import METHODS
-
-    if job.checkpoint is None or (job.checkpoint, job.method) in _WARMED:
-        return
-    run, config_cls = METHODS[job.method]
-    run(model, job.demos, config_cls(**{**job.config, "steps": WARMUP_STEPS}), job.seed, False)
-    _WARMED.add((job.checkpoint, job.method))
+def _warm_up(job: InferJob, model: FBModel, run: Callable[..., Any], config_cls: type) -> None:
+    key = (str(job.checkpoint), job.method)
+    if key not in _WARMED:
+        run(model, job.demos, config_cls(**{**job.config, "steps": WARMUP_STEPS}), job.seed, False)
+        _WARMED.add(key)
 
 
 def _radii(eps: float | None) -> tuple[float, ...]:
@@ -144,8 +142,8 @@ def run_infer(job: InferJob) -> InferOutput:
         from rbfm.inference import METHODS
 
         model = _model(job.checkpoint)
-        _warm_up(job, model)
         run, config_cls = METHODS[job.method]
+        _warm_up(job, model, run, config_cls)
         result = run(model, job.demos, config_cls(**job.config), job.seed, False)
         out = InferOutput(
             result.seconds,

@@ -327,15 +327,16 @@ def plan(spec: ExperimentSpec) -> Plan:
     evals: list[EvalCell] = []
     models = [_model(m, i) for i, m in enumerate(spec.models)]
     first: dict[str, int] = {}
-    for m in models:  # cells are keyed by the weights: one model under two labels would clash
+    labels: dict[tuple[str, str], int] = {}
+    for m in models:
+        # Cells are keyed by the weights: one model under two labels would clash.
         if m.sha256 in first:
             raise ConfigError(
                 f"models[{m.index}].checkpoint: the same weights as models[{first[m.sha256]}] "
                 "(list each model once)"
             )
         first[m.sha256] = m.index
-    labels: dict[tuple[str, str], int] = {}
-    for m in models:  # figures, tables and IQMs group rows by (domain, data label)
+        # Figures, tables and IQMs group rows by (domain, data label).
         if (m.domain, m.dataset) in labels:
             raise ConfigError(
                 f"models[{m.index}].dataset: {m.domain} on {m.dataset!r} is already "

@@ -105,8 +105,9 @@ def agent_config(agent: str, preset: str, overrides: tuple[tuple[str, Any], ...]
     return replace(base, **dict(overrides))
 
 
-def _learner(cfg: CollectConfig, obs_dim: int, action_dim: int, length: int) -> DDPGAgent:
-    acfg = agent_config(cfg.agent, cfg.preset, cfg.overrides)
+def _learner(
+    cfg: CollectConfig, acfg: Any, obs_dim: int, action_dim: int, length: int
+) -> DDPGAgent:
     if cfg.agent == "rnd":
         return RNDAgent(obs_dim, action_dim, acfg, cfg.seed, cfg.device)
     if cfg.agent == "proto":
@@ -199,8 +200,9 @@ def collect(cfg: CollectConfig, progress: bool = True) -> Path:
         raise unknown("exploration agent", cfg.agent, AGENTS)
     if cfg.transitions <= 0:
         raise ConfigError(f"--transitions must be positive, got {cfg.transitions}")
+    acfg = None  # the agent's config, validated before any work
     if cfg.agent != "random":
-        agent_config(cfg.agent, cfg.preset, cfg.overrides)  # a bad preset or field: no work
+        acfg = agent_config(cfg.agent, cfg.preset, cfg.overrides)
     elif cfg.overrides:
         raise ConfigError("--set: the random agent has no config to change")
     spec = get_domain(cfg.domain)
@@ -225,7 +227,7 @@ def collect(cfg: CollectConfig, progress: bool = True) -> Path:
     else:
         if cfg.torch_threads is not None:
             torch.set_num_threads(cfg.torch_threads)
-        learner = _learner(cfg, spec.obs_dim, spec.action_dim, length)
+        learner = _learner(cfg, acfg, spec.obs_dim, spec.action_dim, length)
         replay = EpisodeReplay(
             max(num_episodes, len(existing)),
             length,
