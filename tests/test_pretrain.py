@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -331,8 +332,27 @@ def test_cli_pipeline_from_pretraining_to_a_sweep(
     assert "31.0 is outside actuator_strength's range [0, 30]" in capsys.readouterr().err
 
 
-def test_quickstart_pipeline_on_a_tiny_model(dataset: Path, tmp_path: Path) -> None:
+def test_quickstart_pipeline_on_a_tiny_model(
+    dataset: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+) -> None:
+    import rbfm.quickstart
     from rbfm.quickstart import QuickstartConfig, quickstart, reading
+
+    # The quickstart works on one torch thread and gives the caller's count back.
+    threads: list[int] = []
+    real_sweep = rbfm.quickstart.sweep
+
+    def counting_sweep(*args: Any, **kwargs: Any) -> Any:
+        threads.append(torch.get_num_threads())
+        return real_sweep(*args, **kwargs)
+
+    monkeypatch.setattr(rbfm.quickstart, "sweep", counting_sweep)
+    outer = torch.get_num_threads()
+    request.addfinalizer(lambda: torch.set_num_threads(outer))
+    torch.set_num_threads(2)
 
     run = pretrain(_cfg(dataset, tmp_path / "run", 40), progress=False)
     cfg = QuickstartConfig(
@@ -344,6 +364,7 @@ def test_quickstart_pipeline_on_a_tiny_model(dataset: Path, tmp_path: Path) -> N
         episodes=2,
     )
     rows = quickstart(cfg)
+    assert threads == [1] and torch.get_num_threads() == 2
     assert len(rows) == 3 * 6  # three methods at the family's six levels
     assert {r.seeds for r in rows} == {2}
     for name in ("sweep.csv", "sweep.png", "summary.json"):
