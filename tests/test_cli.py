@@ -108,6 +108,20 @@ def test_zero_shot_runs_a_shipped_model_by_domain_name_without_its_data(
     assert out.strip().splitlines()[-1].startswith("walk")
 
 
+def test_rollout_commands_run_on_one_thread_unless_omp_says_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    outer = torch.get_num_threads()
+    request.addfinalizer(lambda: torch.set_num_threads(outer))
+    missing = ["infer", "--demos", str(tmp_path / "none.npz"), "--method", "fbil"]
+    missing += ["--out", str(tmp_path / "z.json")]
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    torch.set_num_threads(2)
+    assert main(missing) == 2 and torch.get_num_threads() == 2  # the user's choice stands
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert main(missing) == 2 and torch.get_num_threads() == 1
+
+
 def test_bare_rbfm_lists_the_commands(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     out = capsys.readouterr().out

@@ -915,6 +915,14 @@ def _format_warning(
     return f"rbfm: warning: {message}\n"
 
 
+# Rollouts and task inference run small networks on one state batch at a time: extra
+# torch threads only spin. `rbfm zero-shot --checkpoint cheetah --task walk --episodes 2`
+# took 11.2 s on torch's two threads and 4.6 s on one, on a 2-core machine whose cores
+# other jobs held. OMP_NUM_THREADS, when set, wins; pretrain has --threads, collect
+# and experiment jobs pin one thread themselves.
+ONE_THREAD_COMMANDS = frozenset({"zero-shot", "demos", "infer", "evaluate", "render"})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import rbfm
 
@@ -928,6 +936,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:  # bare `rbfm`: the commands and what each does
         parser.print_help()
         return 2
+    if args.command in ONE_THREAD_COMMANDS and "OMP_NUM_THREADS" not in os.environ:
+        import torch
+
+        torch.set_num_threads(1)
     try:
         args.func(args)
     except RbfmError as e:
