@@ -247,6 +247,14 @@ def test_rerun_skips_finished_cells(checkpoint: str, tmp_path: Path) -> None:
     assert again.computed == {"demos": 0, "infer": 0, "eval": 0, "ceiling": 0}
     assert again.skipped == 30
     assert stamps == {p: p.stat().st_mtime_ns for p in (tmp_path / "cells").rglob("*.json")}
+    # A data label names a model in figures; it is not part of any cell's identity, so
+    # relabelling the model relabels its finished rows without recomputing them.
+    data = smoke_dict(checkpoint)
+    data["models"][0]["dataset"] = "rnd-v1"
+    relabelled = run_experiment(from_dict(data), tmp_path, LocalExecutor(0), progress=False)
+    assert relabelled.skipped == 30 and sum(relabelled.computed.values()) == 0
+    with (tmp_path / "results.csv").open() as f:
+        assert {row["dataset"] for row in csv.DictReader(f)} == {"rnd-v1"}
 
 
 def test_a_killed_run_resumes_to_the_uninterrupted_table(checkpoint: str, tmp_path: Path) -> None:

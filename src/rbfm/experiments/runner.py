@@ -461,8 +461,15 @@ def collect_rows(store: Store, p: Plan) -> list[ResultRow]:
     for cell in p.evals:
         path = store.eval_record(cell)
         if path.exists():
-            # The plan names the expert: cells stored before the expert axis lack it.
-            row = {**store.read(path)["row"], "expert": cell.infer.demos.expert.name}
+            # The plan names the expert (cells stored before the expert axis lack it) and
+            # the data label, which is not part of a cell's identity: relabelling a model
+            # in the spec relabels its finished cells.
+            demos = cell.infer.demos
+            row = {
+                **store.read(path)["row"],
+                "expert": demos.expert.name,
+                "dataset": demos.model.dataset,
+            }
             rows.append(ResultRow(**row))
     return rows
 
