@@ -201,7 +201,12 @@ def _local_shard() -> _Shard:
 
 
 def _worker(conn: Connection) -> None:
+    import torch
     from absl import logging as absl_logging
+
+    # The pool's parallelism is its processes: torch's default (a thread per core) in
+    # every worker would put workers x cores threads on the cores.
+    torch.set_num_threads(1)
 
     # MuJoCo's instability warnings are recorded in the result, not logged per step.
     absl_logging.set_verbosity(absl_logging.ERROR)
