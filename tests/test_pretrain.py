@@ -350,10 +350,6 @@ def test_quickstart_pipeline_on_a_tiny_model(
         return real_sweep(*args, **kwargs)
 
     monkeypatch.setattr(rbfm.quickstart, "sweep", counting_sweep)
-    outer = torch.get_num_threads()
-    request.addfinalizer(lambda: torch.set_num_threads(outer))
-    torch.set_num_threads(2)
-
     run = pretrain(_cfg(dataset, tmp_path / "run", 40), progress=False)
     cfg = QuickstartConfig(
         out=str(tmp_path / "qs"),
@@ -363,6 +359,9 @@ def test_quickstart_pipeline_on_a_tiny_model(
         inference_steps=10,
         episodes=2,
     )
+    outer = torch.get_num_threads()
+    request.addfinalizer(lambda: torch.set_num_threads(outer))
+    torch.set_num_threads(2)
     rows = quickstart(cfg)
     assert threads == [1] and torch.get_num_threads() == 2
     assert len(rows) == 3 * 6  # three methods at the family's six levels
