@@ -192,6 +192,12 @@ def _new_figure(
     return fig, axes
 
 
+def _suptitle(fig: Figure, text: str) -> None:
+    """The figure's title, wrapped to its width (~13 characters an inch at 10 pt): a
+    one-panel figure clipped a 65-character title at both edges."""
+    fig.suptitle(textwrap.fill(text, int(13 * fig.get_figwidth())), fontsize=10)
+
+
 def _outputs(out: str | os.PathLike[str]) -> tuple[Path, Path]:
     out = Path(out)
     base = out.with_suffix("") if out.suffix.lower() in (".png", ".svg") else out
@@ -260,7 +266,7 @@ def grid_figure(
             if j == 0:
                 ax.set_ylabel(f"{task}\nreturn", fontsize=8)
     named = "" if experts == {"own"} else f", {', '.join(sorted(experts))} expert"
-    fig.suptitle(f"{domain} ({dataset}{named}): return under each perturbation", fontsize=10)
+    _suptitle(fig, f"{domain} ({dataset}{named}): return under each perturbation")
     drawn = any(EXPERT_NAME in ax.get_legend_handles_labels()[1] for ax in axes.flat)
     _shared_legend(fig, axes.flat, caption=BAND_CAPTION + (CEILING_CAPTION if drawn else ""))
     return fig
@@ -299,7 +305,7 @@ def _panel_row(
         for ax in axes[0, 1:]:
             ax.sharey(axes[0, 0])
     axes[0, 0].set_ylabel("return", fontsize=8)
-    fig.suptitle(title, fontsize=10)
+    _suptitle(fig, title)
     _shared_legend(fig, axes.flat)
     return fig
 
