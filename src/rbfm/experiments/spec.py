@@ -192,9 +192,12 @@ PRESETS: dict[str, ExperimentSpec] = {
         experts=("own", "noisy"),
     ),
     # Q4, data source: walker on RND, APS and ProtoRL data (Figures 7-8), every task/family.
+    # RND is `rnd-1m`, not the default walker: its explorer has APS's and ProtoRL's (`cpu`)
+    # sizes and its recipe is ProtoRL's (40k cosine), where the default walker's data come
+    # from a wider explorer and a longer run, which would confound source with both.
     "sources": ExperimentSpec(
         name="sources",
-        models=tuple(ModelEntry("walker", label) for label in ("rnd", "aps", "proto")),
+        models=tuple(ModelEntry("walker", label) for label in ("rnd-1m", "aps", "proto")),
         methods=_methods(*FB_METHODS),
         experts=("own", "noisy"),
     ),
