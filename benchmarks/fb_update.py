@@ -1,6 +1,6 @@
 """Milliseconds per FB update: rbfm's trainer against a straightforward reference.
 
-    python benchmarks/fb_update.py [--presets cpu paper] [--updates 10] [--device cuda]
+    python benchmarks/fb_update.py [--presets cpu paper] [--updates 10] [--device cuda] [--compile]
 
 The reference below is the update as the public codebases write it, at the same
 sizes: two separate F networks called in a Python loop, an off-diagonal mask
@@ -11,6 +11,8 @@ nobody uses. Both run fp32 and bf16 autocast, side by side, on the same batches.
 A last table checks whether bf16 changes results: losses after the same updates
 from the same initial weights. On a GPU (`--device cuda`) only rbfm's update is
 timed (the reference is written for the CPU), with the device synchronised.
+`--compile` adds rows for rbfm's update with torch.compile'd networks (`rbfm pretrain
+--compile`), their compilation excluded from the timing.
 """
 
 from __future__ import annotations
@@ -150,6 +152,7 @@ def main() -> None:
     parser.add_argument("--presets", nargs="+", default=["cpu", "paper"])
     parser.add_argument("--updates", type=int, default=10)
     parser.add_argument("--device", default=None, help="default: CUDA when present, else CPU")
+    parser.add_argument("--compile", action="store_true", help="also time compiled updates")
     args = parser.parse_args()
     device = pick_device(args.device)
     where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
@@ -159,15 +162,18 @@ def main() -> None:
     )
     header = f"{'preset':<7} {'precision':<9} {'rbfm ms':>9}"
     print(header + (f" {'reference ms':>13} {'speed-up':>9}" if device.type == "cpu" else ""))
+    runs = [(bf16, False) for bf16 in (False, True)]
+    runs += [(bf16, True) for bf16 in (False, True)] if args.compile else []
     for preset in args.presets:
-        for bf16 in (False, True):
+        for bf16, compiled in runs:
             cfg = replace(fb_config(preset), bf16=bf16)
             b = _batch(cfg.batch_size, 0, device)
             torch.manual_seed(0)
-            trainer = FBTrainer(FBModel(17, 6, cfg).to(device), seed=0)
+            trainer = FBTrainer(FBModel(17, 6, cfg).to(device), seed=0, compile=compiled)
             ours = _time(partial(trainer.update, b), args.updates, device)
-            row = f"{preset:<7} {'bf16' if bf16 else 'fp32':<9} {ours:>9.1f}"
-            if device.type == "cpu":
+            precision = ("bf16" if bf16 else "fp32") + ("+c" if compiled else "")
+            row = f"{preset:<7} {precision:<9} {ours:>9.1f}"
+            if device.type == "cpu" and not compiled:
                 ref = Reference(17, 6, cfg)
                 r = (b["observation"], b["action"], b["next_observation"], b["discount"], bf16)
                 theirs = _time(partial(ref.update, *r), args.updates, device)

@@ -412,3 +412,23 @@ def test_behaviour_cloning_keeps_the_actor_on_the_data_action() -> None:
         distances.append(float((pi - batch["action"]).square().mean()))
     # Measured: 0.71 without cloning, 0.018 with it.
     assert distances[1] < 0.2 * distances[0], distances
+
+
+def test_a_compiled_update_trains_the_same_model() -> None:
+    """`compile` changes how the update runs, not what it computes; the modules that
+    evaluation and export read stay the eager ones, with the trained parameters."""
+    from rbfm.fb import FBModel, FBTrainer, fb_config
+
+    cfg = fb_config("tiny", conservative_coef=0.5)  # every network call of the update
+    eager, compiled = (FBTrainer(FBModel(17, 6, cfg), seed=0, compile=c) for c in (False, True))
+    compiled.model.load_state_dict(eager.model.state_dict())
+    for i in range(3):
+        a, b = eager.update(_batch(i)), compiled.update(_batch(i))
+        for k in a:
+            torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-5, msg=k)
+    for (k, p), q in zip(
+        eager.model.state_dict().items(), compiled.model.state_dict().values(), strict=True
+    ):
+        torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5, msg=k)
+    assert type(compiled.model.forward_map) is type(eager.model.forward_map)
+    assert not any(k.startswith("_orig_mod") for k in compiled.model.state_dict())

@@ -615,6 +615,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--bf16", action="store_true", help="bfloat16 autocast for the networks")
     p.add_argument(
+        "--compile",
+        action="store_true",
+        help="torch.compile the update's networks: ~1 min to compile, then ~15%% faster "
+        "updates with --bf16 on a CPU (none in fp32). A resumed run reproduces an "
+        "uninterrupted one only with the same choice.",
+    )
+    p.add_argument(
         "--eval-every",
         type=int,
         default=None,

@@ -90,9 +90,20 @@ def _autocast(enabled: bool, device: torch.device) -> AbstractContextManager[obj
 class FBTrainer:
     """Optimisers, random generator and the update step of FB pretraining."""
 
-    def __init__(self, model: FBModel, seed: int) -> None:
+    def __init__(self, model: FBModel, seed: int, compile: bool = False) -> None:
         self.model, self.cfg = model, model.cfg
         self.device = next(model.parameters()).device
+        # The update calls these; with `compile`, torch.compile'd views of the same
+        # modules (same parameters), so evaluation and export keep the eager modules and
+        # never recompile for their batch shapes. bf16 on one CPU thread: 31 -> 26 ms per
+        # update at the cpu preset; fp32: no gain (docs/benchmarks.md).
+        nets = (model.forward_map, model.backward_map, model.actor)
+        targets = (model.target_forward_map, model.target_backward_map)
+        if compile:
+            nets = tuple(torch.compile(n) for n in nets)  # type: ignore[assignment]
+            targets = tuple(torch.compile(n) for n in targets)  # type: ignore[assignment]
+        self._forward, self._backward, self._actor = nets
+        self._target_forward, self._target_backward = targets
         fb_params = [*model.forward_map.parameters(), *model.backward_map.parameters()]
         fused = self.device.type in ("cpu", "cuda")
         self.fb_opt = torch.optim.Adam(fb_params, lr=self.cfg.lr, fused=fused)
@@ -131,23 +142,24 @@ class FBTrainer:
         z = project(torch.randn(n, d, generator=g, device=self.device), math.sqrt(d))
         perm = torch.randperm(n, generator=g, device=self.device)
         with torch.no_grad():
-            z_b = self.model.backward_map(next_obs[perm])
+            z_b = self._backward(next_obs[perm])
         use_b = torch.rand(n, 1, generator=g, device=self.device) < self.cfg.z_mix_ratio
         return torch.where(use_b, z_b.float(), z)
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One FB step, one actor step, one Polyak step. Returns detached metrics."""
         cfg, m, g = self.cfg, self.model, self.gen
+        actor, forward = self._actor, self._forward
         obs, action = batch["observation"], batch["action"]
         next_obs, discount = batch["next_observation"], batch["discount"]
         with _autocast(cfg.bf16, self.device):
             z = self.sample_z(next_obs)
             with torch.no_grad():
-                next_action = noisy(m.actor(next_obs, z), cfg.actor_noise, cfg.actor_noise_clip, g)
-                target_f = m.target_forward_map(next_obs, next_action, z).float()
-                target_b = m.target_backward_map(next_obs).float()
-            f = m.forward_map(obs, action, z).float()
-            b = m.backward_map(next_obs).float()
+                next_action = noisy(actor(next_obs, z), cfg.actor_noise, cfg.actor_noise_clip, g)
+                target_f = self._target_forward(next_obs, next_action, z).float()
+                target_b = self._target_backward(next_obs).float()
+            f = forward(obs, action, z).float()
+            b = self._backward(next_obs).float()
         # The N x N matrices and the losses in fp32, outside autocast, even with --bf16.
         target_M = pessimistic(torch.matmul(target_f, target_b.T), cfg.target_pessimism)
         M = torch.matmul(f, b.T)
@@ -166,9 +178,9 @@ class FBTrainer:
         self.fb_opt.step()
 
         with _autocast(cfg.bf16, self.device):
-            mu = m.actor(obs, z)
+            mu = actor(obs, z)
             pi = noisy(mu, cfg.actor_noise, cfg.actor_noise_clip, g)
-            f_pi = m.forward_map(obs, pi, z).float()
+            f_pi = forward(obs, pi, z).float()
         if cfg.actor_bc > 0:
             a_loss = behaviour_cloned_actor_loss(
                 f_pi, z, mu.float(), action, cfg.actor_bc, cfg.actor_pessimism
@@ -214,11 +226,11 @@ class FBTrainer:
                 .mul_(2)
                 .sub_(1)
             )
-            mu = m.actor(obs, z).float().repeat(k - n_uniform, 1)
+            mu = self._actor(obs, z).float().repeat(k - n_uniform, 1)
             actions = torch.cat([uniform, noisy(mu, cfg.actor_noise, cfg.actor_noise_clip, g)])
         obs_k, z_k = obs.repeat(k, 1), z.repeat(k, 1)
         with _autocast(cfg.bf16, self.device):
-            f = m.forward_map(obs_k, actions, z_k).float()
+            f = self._forward(obs_k, actions, z_k).float()
         q = (f * z_k).sum(-1).unflatten(1, (k, n))
         return conservative_penalty(q, q_data)
 

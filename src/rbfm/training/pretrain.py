@@ -54,6 +54,9 @@ class PretrainConfig:
     eval_episodes: int | None = None
     checkpoint_every: int | None = None
     workers: int = 0  # rollout worker processes for evaluation (0: in-process)
+    # torch.compile the networks of the update. Not part of the run's identity, like the
+    # thread count: a resumed run reproduces an uninterrupted one only with the same.
+    compile: bool = False
     log_every: int = 1000
     # Any other FBConfig fields (`rbfm pretrain --set target_pessimism=0`): ablations.
     overrides: tuple[tuple[str, Any], ...] = ()
@@ -158,7 +161,7 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
     if fb.obs_norm:  # from the transitions trained on; a resumed run loads the same ones
         obs = tensors["observation"]
         model.set_obs_stats(obs.mean(0), obs.std(0))
-    trainer = FBTrainer(model, cfg.seed)
+    trainer = FBTrainer(model, cfg.seed, compile=cfg.compile)
     step, best = 0, {"iqm": -np.inf, "step": 0}
     # Seconds spent so far in updates ("train": evaluations excluded) and in all ("wall"),
     # summed over resumes up to the last checkpoint; None for runs saved before they
