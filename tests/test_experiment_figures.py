@@ -39,6 +39,7 @@ from rbfm.experiments.table import (
     write_ceiling_table,
     write_table,
 )
+from rbfm.methods import display_label
 
 LEVELS = {"body_mass": (0.0, 50.0, 100.0), "joint_friction": (0.0, 30.0)}
 TASKS = ("walk", "run")
@@ -297,12 +298,13 @@ def test_timing_table_counts_each_seed_once(rows: list[ResultRow]) -> None:
     # Seed 0 loses its joint_friction rows: a mean over rows would weight the seeds unevenly.
     mine = [r for r in rows if r.dataset == "rnd" and not (r.seed == 0 and r.family != "body_mass")]
     lines = timing_table(mine).splitlines()
-    assert lines[0] == "| task | fbil | rbfm-heavy (eps=0.4) | rbfm-heavy (eps=0.8) | drbc |"
+    # Display names, variants kept: tables are read next to the figures' legends.
+    assert lines[0] == "| task | FB-IL | RBFM-Heavy (eps=0.4) | RBFM-Heavy (eps=0.8) | DRBC |"
     # seconds = base x (1 + seed) x (2 on run): walk fbil = mean(10, 20, 30) = 20 s, ...
     assert lines[2] == "| walker/walk | 20.0 s | 1m 0s | 1m 40s | 1h 7m |"
     assert lines[3] == "| walker/run | 40.0 s | 2m 0s | 3m 20s | 2h 13m |"
     assert lines[4] == "| mean | 30.0 s | 1m 30s | 2m 30s | 1h 40m |"
-    assert lines[5] == "| ratio to fbil | x1.0 | x3.0 | x5.0 | x200.0 |"
+    assert lines[5] == "| ratio to FB-IL | x1.0 | x3.0 | x5.0 | x200.0 |"
     # Several datasets: each (task, dataset) is a row.
     assert "| walker/walk (rnd-100k) | 20.0 s | 1m 0s | - | - |" in timing_table(rows)
 
@@ -310,7 +312,7 @@ def test_timing_table_counts_each_seed_once(rows: list[ResultRow]) -> None:
 def test_returns_table(rows: list[ResultRow]) -> None:
     text = returns_table(rows)
     lines = text.splitlines()
-    assert lines[0].startswith("| domain | dataset | task | family | level | fbil |")
+    assert lines[0].startswith("| domain | dataset | task | family | level | FB-IL |")
     assert len(lines) == 2 + 2 * 5 + 2 * 3
     (a,) = [
         a
@@ -355,7 +357,8 @@ def test_iqm_summary_point_estimate_is_trimmed_mean(rows: list[ResultRow]) -> No
     assert "4 (task, family, level) combinations" in text
     for label, s in scores.items():
         point = stats.trim_mean(s.ravel(), 0.25)
-        line = next(ln for ln in text.splitlines() if ln.startswith(f"| {label} |"))
+        row = f"| {display_label(label)} |"  # the table names methods as the figures do
+        line = next(ln for ln in text.splitlines() if ln.startswith(row))
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert cells[1] == f"{point:.1f}"
         low, high = (float(x) for x in cells[2].strip("[]").split(","))
@@ -432,7 +435,7 @@ def test_draw_all_files(
     ]
     assert len(drawn["grid-walker-rnd-100k"].axes) == 2
     md = (tmp_path / "figs" / "tables.md").read_text()
-    assert "ratio to fbil" in md and "+-" in md and "IQM" in md
+    assert "ratio to FB-IL" in md and "+-" in md and "IQM" in md
 
 
 def test_run_figures_replace_an_earlier_drawing(

@@ -19,6 +19,7 @@ from rbfm.experiments.stats import (
     unique,
 )
 from rbfm.experiments.table import CeilingRow, ResultRow
+from rbfm.methods import display_label
 
 
 def format_seconds(seconds: float) -> str:
@@ -67,8 +68,8 @@ def timing_table(rows: Sequence[ResultRow]) -> str:
     body.append(["mean"] + [format_seconds(means[lab]) for lab in labels])
     base = means.get("fbil")
     if base is not None and base > 0:
-        body.append(["ratio to fbil"] + [f"x{means[lab] / base:.1f}" for lab in labels])
-    return markdown(["task", *labels], body)
+        body.append(["ratio to FB-IL"] + [f"x{means[lab] / base:.1f}" for lab in labels])
+    return markdown(["task", *map(display_label, labels)], body)
 
 
 def level_text(level: float | None) -> str:
@@ -88,7 +89,9 @@ def returns_table(rows: Sequence[ResultRow]) -> str:
             a = cell.get((*k, label))
             row.append("-" if a is None else f"{a.mean:.1f} +- {a.ci95:.1f}")
         body.append(row)
-    return markdown(["domain", "dataset", "task", "family", "level", *labels], body)
+    return markdown(
+        ["domain", "dataset", "task", "family", "level", *map(display_label, labels)], body
+    )
 
 
 def unique_keys(aggs: Sequence[Aggregate]) -> list[tuple[str, str, str, str, float | None]]:
@@ -105,10 +108,10 @@ def iqm_markdown(result: IqmResult) -> str:
     )
     if result.estimates:
         text += markdown(
-            ["label", "IQM", "95% CI", "seeds", "combinations"],
+            ["method", "IQM", "95% CI", "seeds", "combinations"],
             (
                 [
-                    e.label,
+                    display_label(e.label),
                     f"{e.iqm:.1f}",
                     f"[{e.low:.1f}, {e.high:.1f}]",
                     str(e.seeds),
