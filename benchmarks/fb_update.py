@@ -169,6 +169,8 @@ def main() -> None:
             cfg = replace(fb_config(preset), bf16=bf16)
             b = _batch(cfg.batch_size, 0, device)
             torch.manual_seed(0)
+            if compiled:  # dynamo's per-function cache limit would otherwise fall back to eager
+                torch._dynamo.reset()
             trainer = FBTrainer(FBModel(17, 6, cfg).to(device), seed=0, compile=compiled)
             ours = _time(partial(trainer.update, b), args.updates, device)
             precision = ("bf16" if bf16 else "fp32") + ("+c" if compiled else "")

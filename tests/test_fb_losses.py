@@ -430,5 +430,10 @@ def test_a_compiled_update_trains_the_same_model() -> None:
         eager.model.state_dict().items(), compiled.model.state_dict().values(), strict=True
     ):
         torch.testing.assert_close(q, p, rtol=1e-4, atol=1e-5, msg=k)
+    # The update ran compiled views of the model's own modules, not copies or eager ones.
+    views = (compiled._forward, compiled._backward, compiled._actor)
+    views += (compiled._target_forward, compiled._target_backward)
+    assert all(isinstance(v, torch._dynamo.eval_frame.OptimizedModule) for v in views)
+    assert compiled._forward._orig_mod is compiled.model.forward_map  # type: ignore[union-attr]
     assert type(compiled.model.forward_map) is type(eager.model.forward_map)
     assert not any(k.startswith("_orig_mod") for k in compiled.model.state_dict())

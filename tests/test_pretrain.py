@@ -382,3 +382,31 @@ def test_observation_statistics_come_from_the_training_data(dataset: Path, tmp_p
     for net in (model.actor, model.backward_map, model.forward_map, model.target_forward_map):
         torch.testing.assert_close(net.norm.mean, obs.mean(0))  # type: ignore[arg-type]
         torch.testing.assert_close(net.norm.std, obs.std(0))  # type: ignore[arg-type]
+
+
+def test_resuming_with_another_compile_choice_warns(
+    dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+    import warnings
+
+    from rbfm import cli
+
+    module = sys.modules[PretrainConfig.__module__]  # `rbfm.training.pretrain` names the function
+
+    cfg = _cfg(dataset, tmp_path, 20)
+    pretrain(cfg, progress=False)
+    assert torch.load(tmp_path / "resume.pt", weights_only=True)["compile"] is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pretrain(cfg, progress=False)  # the same choice: silent
+    # Finished at 20, so nothing is compiled here: only the recorded choice is compared.
+    with pytest.warns(UserWarning, match="without --compile until step 20 and resumes with"):
+        pretrain(dataclasses.replace(cfg, compile=True), progress=False)
+    # The command line's flag reaches the config.
+    seen: list[PretrainConfig] = []
+    monkeypatch.setattr(module, "pretrain", lambda c, progress: seen.append(c) or tmp_path)
+    args = ["pretrain", "--dataset", str(dataset), "--out", str(tmp_path), "--compile"]
+    parsed = cli.build_parser().parse_args(args)
+    parsed.func(parsed)
+    assert seen[0].compile is True

@@ -184,8 +184,8 @@ PRESETS: dict[str, ExperimentSpec] = {
         models=tuple(
             ModelEntry("walker", label, tasks=("flip",), families=("joint_friction",))
             # One collection: its first 100k and 500k transitions, and all of it
-            # (`walker_rnd` is a sibling collection made by the same command on another
-            # machine; docs/models.md).
+            # (`walker:rnd-v1` and `walker:rnd-v2` trained on a sibling collection made by
+            # the same command on another machine; docs/models.md).
             for label in ("rnd-100k", "rnd-500k", "rnd-1m")
         ),
         methods=_methods(*FB_METHODS),

@@ -95,8 +95,8 @@ class FBTrainer:
         self.device = next(model.parameters()).device
         # The update calls these; with `compile`, torch.compile'd views of the same
         # modules (same parameters), so evaluation and export keep the eager modules and
-        # never recompile for their batch shapes. bf16 on one CPU thread: 31 -> 26 ms per
-        # update at the cpu preset; fp32: no gain (docs/benchmarks.md).
+        # never recompile for their batch shapes. bf16 on one busy CPU core: 33.2 -> 29.1 ms
+        # per update at the cpu preset; fp32: no gain (docs/benchmarks.md).
         nets = (model.forward_map, model.backward_map, model.actor)
         targets = (model.target_forward_map, model.target_backward_map)
         if compile:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -174,6 +175,14 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
         trainer.load_state_dict(state["trainer"])
         step, best = int(state["step"]), dict(state["best"])
         elapsed = state.get("elapsed")
+        before = state.get("compile", False)  # runs saved before --compile were eager
+        if bool(before) != cfg.compile:
+            warnings.warn(
+                f"{run} was trained {'with' if before else 'without'} --compile until step "
+                f"{step} and resumes {'with' if cfg.compile else 'without'} it: it goes on "
+                "correctly, but not bit-identically to an uninterrupted run",
+                stacklevel=2,
+            )
     started, wall_before = time.perf_counter(), elapsed["wall"] if elapsed else 0.0
 
     def timing() -> dict[str, float]:
@@ -241,6 +250,7 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
                 "model": model.state_dict(),
                 "trainer": trainer.state_dict(),
                 "best": best,
+                "compile": cfg.compile,
                 **({"elapsed": elapsed} if elapsed is not None else {}),
             },
             resume,
