@@ -617,7 +617,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--compile",
         action="store_true",
-        help="torch.compile the update's networks: ~1 min to compile, then ~15%% faster "
+        help="torch.compile the update's networks: 30-60 s to compile, then 12-17%% faster "
         "updates with --bf16 on a CPU (none in fp32). A resumed run reproduces an "
         "uninterrupted one only with the same choice.",
     )
