@@ -7,14 +7,16 @@ Each has a smooth approximation at a temperature T, within about T log n of it a
 smooth jointly in z and its dual variables (`duals.light_smoothed`,
 `flow_lp.flow_smoothed`). L-BFGS with a strong Wolfe line search minimises it over
 (v, dual variables), z = sqrt(d) v / ||v||, for T = smoothing x cooling^-k x the mean
-loss at the start (cooling 3 by default), k = 0, 1, ..., each stage from where the last
-one ended, in rounds of
+loss at the start (cooling 3 by default), k = 0, 1, ..., each stage from the best exact
+iterate so far (z and dual variables), in rounds of
 `stage_iters` iterations until a round improves the smoothed value by less than `tol`.
-After each stage the exact objective is evaluated at its z; the continuation has
-converged when a stage improved it by less than max(tol x value, atol), and stops at
-`stages` stages or after `steps` loss evaluations (actor passes, `steps` in results).
-The best exact iterate is returned, the start included: from FB-IL's z, never worse
-than it.
+After each stage the exact objective is evaluated at its z. A stage that ends more than
+max(tol x value, atol) above its start says its temperature was too high (the smoothed
+minimiser lies elsewhere), not that the descent converged: the next, cooler stage starts
+again from the best iterate. The continuation has converged when a stage ends within
+that tolerance of its start, and stops at `stages` stages or after `steps` loss
+evaluations (actor passes, `steps` in results). The best exact iterate is returned, the
+start included: from FB-IL's z, never worse than it.
 
 Working sets: at a low temperature most transitions weigh nothing in the smoothed
 objective (Light: losses far below lambda; Heavy: residuals far below their maximum).
@@ -46,6 +48,8 @@ from rbfm.inference.fbil import FULL_BATCH_MAX, FBILConfig, budget, check_start
 # The smooth objective at a temperature, from every transition's loss (dual variables
 # are closed over by the caller, and passed as `duals` to be optimised with z).
 Surrogate = Callable[[torch.Tensor, float], torch.Tensor]
+# L-BFGS iterations fitting the dual variables alone at a stage's start (no actor pass).
+DUAL_ITERS = 200
 
 
 @dataclass(frozen=True)
@@ -111,11 +115,19 @@ def smoothed_descent(
     best, losses = exact(start.detach())
     scale = max(float(losses.mean()), atol)
     best_z = start.detach().clone()
+    # The iterate every stage starts from: the best one's z parameter and dual variables.
+    best_params = [p.detach().clone() for p in params]
+    best_losses = losses
     result.trace.append(best)
-    previous, evals = best, 0
+    evals = 0
     bar = tqdm(total=steps, desc=method, unit="eval", disable=not progress, leave=False)
     for stage in range(stages):
         temperature = smoothing * cooling**-stage * scale
+        with torch.no_grad():
+            for p, b in zip(params, best_params, strict=True):
+                p.copy_(b)
+        losses = best_losses
+        _fit_duals(surrogate, losses, duals, temperature)
         members = _working_set(surrogate, losses, temperature, cfg.working_set)
         stage_losses = _stage_losses(data, members, losses, model.radius)
         opt = torch.optim.LBFGS(
@@ -157,15 +169,18 @@ def smoothed_descent(
         z = project(v.detach(), model.radius)
         now, losses = exact(z)
         result.trace.append(now)
+        previous, threshold = best, max(tol * abs(best), atol)
         if now < best:
-            best, best_z = now, z
+            best, best_z, best_losses = now, z, losses
+            best_params = [p.detach().clone() for p in params]
         moved = members is not None and _set_changed(surrogate, losses, temperature, members, tol)
         if moved:
             result.extra["set_changes"] = result.extra.get("set_changes", 0.0) + 1
-        if not moved and not now < previous - max(tol * abs(previous), atol):
+        if now > previous + threshold:
+            result.extra["restarts"] = result.extra.get("restarts", 0.0) + 1
+        elif not moved and not now < previous - threshold:
             result.converged = True
             break
-        previous = now
         if evals >= steps:
             break
     bar.close()
@@ -175,6 +190,36 @@ def smoothed_descent(
     result.z, result.objective = best_z, best
     result.steps, result.seconds = evals, time.perf_counter() - data.started
     return result
+
+
+def _fit_duals(
+    surrogate: Surrogate, losses: torch.Tensor, duals: Sequence[torch.Tensor], temperature: float
+) -> None:
+    """Minimises the surrogate over the dual variables alone at fixed losses (no actor
+    pass), so that a stage starts where its smoothed value is within its bound of the
+    exact one at the start's z. From duals fitted at another z or temperature (or zero),
+    the joint descent would first lower the smoothed value by fitting the duals and move z
+    on the way, far from a start already near the optimum (FB-IL's z)."""
+    if not duals:
+        return
+    fixed = losses.detach()
+    opt = torch.optim.LBFGS(
+        list(duals),
+        lr=1,
+        max_iter=DUAL_ITERS,
+        history_size=20,
+        tolerance_grad=1e-10,
+        tolerance_change=1e-12,
+        line_search_fn="strong_wolfe",
+    )
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        value = surrogate(fixed, temperature)
+        value.backward()
+        return value.detach()
+
+    opt.step(closure)  # type: ignore[arg-type]
 
 
 def _weights(surrogate: Surrogate, losses: torch.Tensor, temperature: float) -> torch.Tensor:
