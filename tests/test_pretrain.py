@@ -370,6 +370,9 @@ def test_quickstart_pipeline_on_a_tiny_model(
         assert (tmp_path / "qs" / name).stat().st_size > 0
     line = reading(rows)
     assert line.startswith("At the largest level (25)") and line.count("\n") == 0
+    # Display names, as the plot's legend has them, not method ids.
+    assert all(name in line for name in ("FB-IL", "RBFM-Light", "RBFM-Heavy"))
+    assert "fbil" not in line and "rbfm-" not in line
 
 
 def test_observation_statistics_come_from_the_training_data(dataset: Path, tmp_path: Path) -> None:

@@ -408,6 +408,7 @@ def _cmd_render(args: argparse.Namespace) -> None:
 
 
 def _cmd_quickstart(args: argparse.Namespace) -> None:
+    from rbfm.methods import display_name
     from rbfm.quickstart import QuickstartConfig, quickstart, reading
 
     cfg = QuickstartConfig(out=args.out, checkpoint=args.checkpoint)
@@ -418,7 +419,7 @@ def _cmd_quickstart(args: argparse.Namespace) -> None:
     )
     levels = list(dict.fromkeys(r.level for r in rows))
     methods = list(dict.fromkeys(r.method for r in rows))
-    print(f"{'level':>8} " + " ".join(f"{m:>18}" for m in methods))
+    print(f"{'level':>8} " + " ".join(f"{display_name(m):>18}" for m in methods))
     for level in levels:
         cells = {r.method: f"{r.mean:7.1f} +- {r.ci95:<6.1f}" for r in rows if r.level == level}
         print(f"{level:>8g} " + " ".join(f"{cells[m]:>18}" for m in methods))

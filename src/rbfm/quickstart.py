@@ -22,6 +22,7 @@ import torch
 from rbfm import EVAL_SEED
 from rbfm.evaluation.sweep import SweepRow, sweep, write_csv
 from rbfm.fb.checkpoint import load_checkpoint, read_meta, shipped_model
+from rbfm.methods import display_name
 from rbfm.plots import plot_sweep
 
 
@@ -172,13 +173,13 @@ def reading(rows: list[SweepRow]) -> str:
     last = sorted((r for r in rows if r.level == top), key=lambda r: -r.mean)
     best, rest = last[0], last[1:]
     clear = all(best.mean - best.ci95 > r.mean + r.ci95 for r in rest)
-    others = ", ".join(f"{r.method} {r.mean:.0f}" for r in rest)
+    others = ", ".join(f"{display_name(r.method)} {r.mean:.0f}" for r in rest)
     verdict = (
         "its CI is clear of the others'"
         if clear
         else "the CIs overlap, so these seeds cannot order the methods"
     )
     return (
-        f"At the largest level ({top:g}) {best.method} scores {best.mean:.0f} "
+        f"At the largest level ({top:g}) {display_name(best.method)} scores {best.mean:.0f} "
         f"({others}): {verdict}."
     )
