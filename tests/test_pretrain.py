@@ -413,3 +413,29 @@ def test_resuming_with_another_compile_choice_warns(
     parsed = cli.build_parser().parse_args(args)
     parsed.func(parsed)
     assert seen[0].compile is True
+
+
+def test_a_cuda_graph_on_the_cpu_is_refused_before_any_work(dataset: Path, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    cfg = replace(_cfg(dataset, tmp_path / "run", 10), device="cpu", cuda_graph=True)
+    with pytest.raises(ConfigError, match=r"cuda_graph needs a CUDA device"):
+        pretrain(cfg, progress=False)
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ConfigError, match=r"cuda_graph and compile are exclusive"):
+        pretrain(replace(cfg, device=None, compile=True), progress=False)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_a_cuda_graph_run_trains_resumes_and_extends(dataset: Path, tmp_path: Path) -> None:
+    """`--cuda-graph` end to end: evaluations and checkpoints between replays, then the
+    finished run extended, its optimizers' state loaded before the graph is captured."""
+    from dataclasses import replace
+
+    cfg = replace(_cfg(dataset, tmp_path / "run", 40), cuda_graph=True)
+    run = pretrain(cfg, progress=False)
+    assert [r["step"] for r in _csv(run / "eval.csv")] == ["40"]
+    run = pretrain(replace(cfg, steps=60), progress=False)
+    rows = _csv(run / "train.csv")
+    assert rows[-1]["step"] == "60" and all(np.isfinite(float(r["fb_diag"])) for r in rows)
+    assert torch.load(run / "resume.pt", weights_only=True)["cuda_graph"] is True

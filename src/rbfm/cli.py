@@ -623,6 +623,13 @@ def build_parser() -> argparse.ArgumentParser:
         "uninterrupted one only with the same choice.",
     )
     p.add_argument(
+        "--cuda-graph",
+        action="store_true",
+        help="on a GPU, replay the whole update as one CUDA graph after 3 eager updates: "
+        "the eager update is bound by launching ~460 small kernels (docs/benchmarks.md). "
+        "Not with --compile or average_tau > 0.",
+    )
+    p.add_argument(
         "--eval-every",
         type=int,
         default=None,

@@ -10,6 +10,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 import torch
 from torch import nn
 
+from rbfm.errors import ConfigError
 from rbfm.fb.config import FBConfig
 from rbfm.fb.losses import (
     actor_loss,
@@ -81,18 +82,39 @@ class FBModel(nn.Module):
         return reward_z(self.backward_map(obs), reward)
 
 
-def _autocast(enabled: bool, device: torch.device) -> AbstractContextManager[object]:
+def _autocast(
+    enabled: bool, device: torch.device, cache: bool = True
+) -> AbstractContextManager[object]:
     if not enabled:
         return nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16)
+    # A CUDA graph must not capture autocast's cache of cast weights (PyTorch's CUDA
+    # graphs notes): without the cache the weights are cast inside the graph each replay.
+    return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=cache)
+
+
+# Eager updates before a CUDA graph is captured: the optimizers' lazy state and cuBLAS's
+# workspaces must exist first, made on a side stream (PyTorch's CUDA graphs notes).
+GRAPH_WARMUP = 3
 
 
 class FBTrainer:
     """Optimisers, random generator and the update step of FB pretraining."""
 
-    def __init__(self, model: FBModel, seed: int, compile: bool = False) -> None:
+    def __init__(
+        self, model: FBModel, seed: int, compile: bool = False, cuda_graph: bool = False
+    ) -> None:
         self.model, self.cfg = model, model.cfg
         self.device = next(model.parameters()).device
+        check_cuda_graph(cuda_graph, self.device, compile, self.cfg.average_tau)
+        # With `cuda_graph`, after GRAPH_WARMUP eager updates the whole update (both
+        # optimizer steps and the Polyak step) is captured once and replayed: on a GPU the
+        # eager update is bound by launching its ~460 kernels one by one, the GPU busy a
+        # third of the time (docs/benchmarks.md, "Where a GPU update's time goes").
+        self.cuda_graph = cuda_graph
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._static_in: dict[str, torch.Tensor] = {}
+        self._static_out: dict[str, torch.Tensor] = {}
+        self._eager_left = GRAPH_WARMUP if cuda_graph else 0
         # The update calls these; with `compile`, torch.compile'd views of the same
         # modules (same parameters), so evaluation and export keep the eager modules and
         # never recompile for their batch shapes. bf16 on one busy CPU core: 33.2 -> 29.1 ms
@@ -106,8 +128,19 @@ class FBTrainer:
         self._target_forward, self._target_backward = targets
         fb_params = [*model.forward_map.parameters(), *model.backward_map.parameters()]
         fused = self.device.type in ("cpu", "cuda")
-        self.fb_opt = torch.optim.Adam(fb_params, lr=self.cfg.lr, fused=fused)
-        self.actor_opt = torch.optim.Adam(model.actor.parameters(), lr=self.cfg.lr, fused=fused)
+        self.fb_opt, self.actor_opt = (
+            # In a graph the step counter and the learning rate live on the GPU, the rate
+            # a tensor that the schedule fills in place between replays.
+            torch.optim.Adam(
+                params,
+                lr=torch.tensor(self.cfg.lr, device=self.device),
+                fused=True,
+                capturable=True,
+            )
+            if cuda_graph
+            else torch.optim.Adam(params, lr=self.cfg.lr, fused=fused)
+            for params in (fb_params, list(model.actor.parameters()))
+        )
         self.gen = torch.Generator(self.device).manual_seed(seed)
         self._online: list[torch.Tensor] = [
             *model.forward_map.parameters(),
@@ -148,11 +181,54 @@ class FBTrainer:
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One FB step, one actor step, one Polyak step. Returns detached metrics."""
+        if not self.cuda_graph:
+            metrics = self._step(batch)
+        elif self._eager_left > 0:
+            self._eager_left -= 1
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                metrics = self._step(batch)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+        else:
+            if self._graph is None:
+                self._capture(batch)
+            for name, buffer in self._static_in.items():
+                buffer.copy_(batch[name])
+            assert self._graph is not None
+            self._graph.replay()
+            # The graph's outputs are overwritten by the next replay.
+            metrics = {k: v.clone() for k, v in self._static_out.items()}
+        with torch.no_grad():
+            self.updates += 1
+            if self.average is not None:
+                weight = max(self.cfg.average_tau, 1 / self.updates)
+                torch._foreach_lerp_(self.average, self._served, weight)
+        for schedule in self.schedules:
+            schedule.step()
+        return metrics
+
+    def _capture(self, batch: dict[str, torch.Tensor]) -> None:
+        """Records `_step` on static copies of the batch's tensors as one CUDA graph;
+        nothing runs until it is replayed. The generator is registered, so that each
+        replay draws fresh numbers and advances its state as an eager update would."""
+        self._static_in = {k: v.clone() for k, v in batch.items()}
+        graph = torch.cuda.CUDAGraph()
+        graph.register_generator_state(self.gen)
+        self.fb_opt.zero_grad(set_to_none=True)
+        self.actor_opt.zero_grad(set_to_none=True)
+        with torch.cuda.graph(graph):
+            self._static_out = self._step(self._static_in)
+        self._graph = graph
+
+    def _step(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The update's tensor work, all of it on the device (what a graph captures)."""
         cfg, m, g = self.cfg, self.model, self.gen
         actor, forward = self._actor, self._forward
         obs, action = batch["observation"], batch["action"]
         next_obs, discount = batch["next_observation"], batch["discount"]
-        with _autocast(cfg.bf16, self.device):
+        cache = not self.cuda_graph
+        with _autocast(cfg.bf16, self.device, cache):
             z = self.sample_z(next_obs)
             with torch.no_grad():
                 next_action = noisy(actor(next_obs, z), cfg.actor_noise, cfg.actor_noise_clip, g)
@@ -177,7 +253,7 @@ class FBTrainer:
         loss.backward()
         self.fb_opt.step()
 
-        with _autocast(cfg.bf16, self.device):
+        with _autocast(cfg.bf16, self.device, cache):
             mu = actor(obs, z)
             pi = noisy(mu, cfg.actor_noise, cfg.actor_noise_clip, g)
             f_pi = forward(obs, pi, z).float()
@@ -195,12 +271,6 @@ class FBTrainer:
 
         with torch.no_grad():
             torch._foreach_lerp_(self._target, self._online, cfg.tau)
-            self.updates += 1
-            if self.average is not None:
-                weight = max(cfg.average_tau, 1 / self.updates)
-                torch._foreach_lerp_(self.average, self._served, weight)
-        for schedule in self.schedules:
-            schedule.step()
         return {
             "fb_offdiag": off.detach(),
             "fb_diag": diag.detach(),
@@ -229,7 +299,7 @@ class FBTrainer:
             mu = self._actor(obs, z).float().repeat(k - n_uniform, 1)
             actions = torch.cat([uniform, noisy(mu, cfg.actor_noise, cfg.actor_noise_clip, g)])
         obs_k, z_k = obs.repeat(k, 1), z.repeat(k, 1)
-        with _autocast(cfg.bf16, self.device):
+        with _autocast(cfg.bf16, self.device, not self.cuda_graph):
             f = self._forward(obs_k, actions, z_k).float()
         q = (f * z_k).sum(-1).unflatten(1, (k, n))
         return conservative_penalty(q, q_data)
@@ -268,9 +338,27 @@ class FBTrainer:
         # A generator's state is a CPU byte tensor whatever its device, but a checkpoint
         # loaded with map_location="cuda" moves it there.
         self.gen.set_state(state["gen"].cpu())  # type: ignore[attr-defined]
+        if self.cuda_graph:  # an eager run saved float rates; the graph reads tensors
+            for opt in (self.fb_opt, self.actor_opt):
+                for group in opt.param_groups:
+                    if not isinstance(group["lr"], torch.Tensor):
+                        group["lr"] = torch.tensor(group["lr"], device=self.device)
         # Runs saved before these fields existed had neither schedule nor average.
         self.updates = int(state.get("updates", 0))  # type: ignore[call-overload]
         for schedule, saved in zip(self.schedules, state.get("schedules", []), strict=True):  # type: ignore[call-overload]
             schedule.load_state_dict(saved)
         if self.average is not None:
             torch._foreach_copy_(self.average, state["average"])  # type: ignore[arg-type]
+
+
+def check_cuda_graph(on: bool, device: torch.device, compile: bool, average_tau: float) -> None:
+    """Rejects a CUDA graph where it cannot run, before any update."""
+    if not on:
+        return
+    if compile:
+        raise ConfigError("cuda_graph and compile are exclusive: choose one")
+    if average_tau > 0:
+        # The average's weight changes every update; a graph would replay the first one.
+        raise ConfigError("cuda_graph needs average_tau 0 (weight averaging is eager only)")
+    if device.type != "cuda":
+        raise ConfigError(f"cuda_graph needs a CUDA device (the model is on {device})")

@@ -33,7 +33,7 @@ from rbfm.device import pick_device
 from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy, iqm
 from rbfm.fb.checkpoint import save_checkpoint
 from rbfm.fb.config import FBConfig, fb_config
-from rbfm.fb.model import FBModel, FBTrainer
+from rbfm.fb.model import FBModel, FBTrainer, check_cuda_graph
 from rbfm.fb.zero_shot import infer_z, labelled_states
 from rbfm.run_identity import bind_identity
 
@@ -58,6 +58,9 @@ class PretrainConfig:
     # torch.compile the networks of the update. Not part of the run's identity, like the
     # thread count: a resumed run reproduces an uninterrupted one only with the same.
     compile: bool = False
+    # Replay the update as one CUDA graph (`FBTrainer`'s cuda_graph); likewise not part of
+    # the run's identity.
+    cuda_graph: bool = False
     log_every: int = 1000
     # Any other FBConfig fields (`rbfm pretrain --set target_pessimism=0`): ablations.
     overrides: tuple[tuple[str, Any], ...] = ()
@@ -140,6 +143,7 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
     """Trains (or resumes) an FB model; returns the run directory."""
     fb = cfg.fb()
     device = pick_device(cfg.device)
+    check_cuda_graph(cfg.cuda_graph, device, cfg.compile, fb.average_tau)
     ds = load_dataset(cfg.dataset, cfg.domain)
     domain = ds.domain.name
     m = min(cfg.transitions or 1_000_000, len(ds))
@@ -162,7 +166,7 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
     if fb.obs_norm:  # from the transitions trained on; a resumed run loads the same ones
         obs = tensors["observation"]
         model.set_obs_stats(obs.mean(0), obs.std(0))
-    trainer = FBTrainer(model, cfg.seed, compile=cfg.compile)
+    trainer = FBTrainer(model, cfg.seed, compile=cfg.compile, cuda_graph=cfg.cuda_graph)
     step, best = 0, {"iqm": -np.inf, "step": 0}
     # Seconds spent so far in updates ("train": evaluations excluded) and in all ("wall"),
     # summed over resumes up to the last checkpoint; None for runs saved before they
@@ -175,14 +179,17 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
         trainer.load_state_dict(state["trainer"])
         step, best = int(state["step"]), dict(state["best"])
         elapsed = state.get("elapsed")
-        before = state.get("compile", False)  # runs saved before --compile were eager
-        if bool(before) != cfg.compile:
-            warnings.warn(
-                f"{run} was trained {'with' if before else 'without'} --compile until step "
-                f"{step} and resumes {'with' if cfg.compile else 'without'} it: it goes on "
-                "correctly, but not bit-identically to an uninterrupted run",
-                stacklevel=2,
-            )
+        # Runs saved before --compile or --cuda-graph existed were eager.
+        for flag, chosen in (("compile", cfg.compile), ("cuda_graph", cfg.cuda_graph)):
+            before = bool(state.get(flag, False))
+            if before != chosen:
+                option = "--" + flag.replace("_", "-")
+                warnings.warn(
+                    f"{run} was trained {'with' if before else 'without'} {option} until "
+                    f"step {step} and resumes {'with' if chosen else 'without'} it: it goes on "
+                    "correctly, but not bit-identically to an uninterrupted run",
+                    stacklevel=2,
+                )
     started, wall_before = time.perf_counter(), elapsed["wall"] if elapsed else 0.0
 
     def timing() -> dict[str, float]:
@@ -251,6 +258,7 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
                 "trainer": trainer.state_dict(),
                 "best": best,
                 "compile": cfg.compile,
+                "cuda_graph": cfg.cuda_graph,
                 **({"elapsed": elapsed} if elapsed is not None else {}),
             },
             resume,
