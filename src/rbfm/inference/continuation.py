@@ -45,7 +45,7 @@ from rbfm.errors import ConfigError
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
 from rbfm.inference.common import InferenceResult, Prepared, full_losses, imitation_losses
-from rbfm.inference.fbil import FULL_BATCH_MAX, FBILConfig, budget, check_start
+from rbfm.inference.fbil import FULL_BATCH_MAX, FBILConfig, budget, check_start, lbfgs_optimizer
 
 # The smooth objective at a temperature, from every transition's loss (dual variables
 # are closed over by the caller, and passed as `duals` to be optimised with z).
@@ -139,15 +139,7 @@ def smoothed_descent(
         _fit_duals(surrogate, losses, duals, temperature)
         members = _working_set(surrogate, losses, temperature, cfg.working_set)
         stage_losses = _stage_losses(data, members, losses, model.radius)
-        opt = torch.optim.LBFGS(
-            params,
-            lr=1,
-            max_iter=stage_iters,
-            history_size=20,
-            tolerance_grad=1e-10,
-            tolerance_change=1e-12,
-            line_search_fn="strong_wolfe",
-        )
+        opt = lbfgs_optimizer(params, stage_iters)
 
         def closure(
             temperature: float = temperature,
@@ -217,15 +209,7 @@ def _fit_duals(
     if not duals:
         return
     fixed = losses.detach()
-    opt = torch.optim.LBFGS(
-        list(duals),
-        lr=1,
-        max_iter=DUAL_ITERS,
-        history_size=20,
-        tolerance_grad=1e-10,
-        tolerance_change=1e-12,
-        line_search_fn="strong_wolfe",
-    )
+    opt = lbfgs_optimizer(list(duals), DUAL_ITERS)
 
     def closure() -> torch.Tensor:
         opt.zero_grad(set_to_none=True)

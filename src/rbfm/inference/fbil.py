@@ -255,15 +255,7 @@ def lbfgs(
     one improves the loss by less than max(tol x loss, atol) (converged) or `cfg.steps`
     loss evaluations (actor passes) are spent; `steps` counts those evaluations."""
     v = (data.z_w if start is None else start).detach().clone().requires_grad_(True)
-    opt = torch.optim.LBFGS(
-        [v],
-        lr=1,
-        max_iter=cfg.patience,
-        history_size=20,
-        tolerance_grad=1e-10,
-        tolerance_change=1e-12,
-        line_search_fn="strong_wolfe",
-    )
+    opt = lbfgs_optimizer([v], cfg.patience)
     result = InferenceResult("fbil", v)
     result.setup_seconds = time.perf_counter() - data.started
     chunks = torch.arange(len(data.obs), device=data.obs.device).split(FULL_BATCH_MAX)
@@ -309,6 +301,20 @@ def lbfgs(
     result.z, result.objective = z, value()
     result.steps, result.seconds = evals, time.perf_counter() - data.started
     return result
+
+
+def lbfgs_optimizer(params: list[torch.Tensor], max_iter: int) -> torch.optim.LBFGS:
+    """The L-BFGS of every deterministic full-set descent: strong Wolfe line search, unit
+    step, tolerances tight enough that only `max_iter` or the caller's test stops it."""
+    return torch.optim.LBFGS(
+        params,
+        lr=1,
+        max_iter=max_iter,
+        history_size=20,
+        tolerance_grad=1e-10,
+        tolerance_change=1e-12,
+        line_search_fn="strong_wolfe",
+    )
 
 
 def budget(opt: torch.optim.Optimizer, patience: int, left: int) -> None:
