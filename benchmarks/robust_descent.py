@@ -8,7 +8,9 @@ expert with Gaussian action noise of each given std), `--pool` demonstrations ar
 rolled out once; each seed draws `--draw` of them. On each draw, FB-IL, RBFM-Light and
 RBFM-Heavy run under both named settings ("default", "paper"), plus a much longer
 RBFM-Light and RBFM-Heavy ("long": Adam with halvings on the exact objective, 5x the
-cap, 6x the patience, 10 halvings), the reference optimum, and the expert's own z_e
+cap, 6x the patience, 10 halvings) and ("stages500") their own continuation with
+500-iteration rounds, 16 stages, 3 settled, a 20,000-evaluation cap: two references
+for the optimum; and the expert's own z_e
 (`expert`: on the model's own demonstrations, noise 0, the optimum of all three
 objectives). Every z is then
 scored on every transition of its draw, with the deterministic policy's squared
@@ -45,6 +47,11 @@ EPS = 0.8
 # objective (RBFM-Heavy: its LP solved at every step), 5x the cap, 6x the patience, 4 more
 # halvings (step sizes down to 1/1024).
 LONG = {"solver": "adam", "steps": 15_000, "patience": 300, "halvings": 10}
+# The second reference (eleventh session): the default continuation itself, run much
+# longer. On walker:rnd-v1 it went 3.4% below the Adam reference: a default within x% of
+# that reference can still be further from the optimum (docs/inference.md).
+STAGES500 = {"stage_iters": 500, "stages": 16, "settle_stages": 3, "steps": 20_000}
+REFERENCES = ("long", "stages500")  # settings run from the default ones, with overrides
 
 
 def _mlp_score_config() -> HeavyConfig:
@@ -63,6 +70,8 @@ RUNS: list[tuple[str, str, dict[str, Any]]] = [
     ("rbfm-heavy", "paper", {}),
     ("rbfm-light", "long", LONG),
     ("rbfm-heavy", "long", LONG),
+    ("rbfm-light", "stages500", STAGES500),
+    ("rbfm-heavy", "stages500", STAGES500),
 ]
 
 
@@ -91,7 +100,7 @@ def main() -> None:
     parser.add_argument("--device", default=None)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument(
-        "--no-long", action="store_true", help="skip the long reference runs (own experts: 0)"
+        "--no-long", action="store_true", help="skip the reference runs (own experts: 0)"
     )
     parser.add_argument(
         "--mlp-score", action="store_true", help="also score every z with the MLP critic's fit"
@@ -113,14 +122,14 @@ def main() -> None:
             demos = pool.sample(args.draw, seed)
             data = prepare(model, demos)
             for method, settings, extra in RUNS:
-                if args.no_long and settings == "long":
+                if args.no_long and settings in REFERENCES:
                     continue
                 if args.methods and f"{method}/{settings}" not in args.methods:
                     continue
                 if method == "expert":  # z_e itself: on the model's own demonstrations,
                     res = InferenceResult("expert", z_e)  # the optimum of every objective
                 else:
-                    named = "default" if settings == "long" else settings
+                    named = "default" if settings in REFERENCES else settings
                     res = infer(model, demos, method, seed=seed, settings=named, **extra)
                 start = time.perf_counter()
                 losses = full_losses(data, res.z, model.radius, 16_384)

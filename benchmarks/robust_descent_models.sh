@@ -23,8 +23,10 @@ every_model() { # noise seed source methods: one run per shipped model
   run quadruped:rnd-v1 jump $1 $2 quadruped_$3 "$4"
 }
 # Seed 0 of the noisy expert first, then the own expert, then the other seeds; last, the
-# long references (noisy expert, seed 0).
+# two references (noisy expert, seed 0): Adam run long, and the continuation's own
+# 500-iteration stages.
 every_model 0.3 0 noisy "$M"
 every_model 0 0 own "$M"
 for seed in 1 2; do every_model 0.3 $seed noisy "$M"; done
 every_model 0.3 0 long "fbil/default rbfm-light/long rbfm-heavy/long"
+every_model 0.3 0 stages "fbil/default rbfm-light/stages500 rbfm-heavy/stages500"

@@ -38,6 +38,7 @@ HEADER = (
     "|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 OWN = {"rbfm-light": "tv", "rbfm-heavy": "heavy"}  # each robust method's own objective
+REFS = ("long", "stages500")  # the reference runs' settings (benchmarks/robust_descent.py)
 
 
 def _mean(rows: list[dict[str, str]], key: str) -> float:
@@ -46,7 +47,8 @@ def _mean(rows: list[dict[str, str]], key: str) -> float:
 
 def table(root: Path) -> str:
     runs: dict[tuple[str, str, str], list[dict[str, str]]] = defaultdict(list)
-    for path in sorted(p for p in root.glob("*.csv") if "_long_" not in p.name):
+    references = ("_long_", "_stages_")
+    for path in sorted(p for p in root.glob("*.csv") if not any(r in p.name for r in references)):
         with path.open() as f:
             for r in csv.DictReader(f):
                 runs[(r["checkpoint"], r["noise"], r["seed"])].append(r)
@@ -83,27 +85,33 @@ def table(root: Path) -> str:
 
 
 def long_table(root: Path) -> str:
-    """Seed 0 of the noisy expert: each robust method's default result against the long
-    reference run (another solver, much longer) on its own objective."""
+    """Seed 0 of the noisy expert: each robust method's default result against the two
+    reference runs on its own objective, Adam with halvings ("long") and the continuation
+    with 500-iteration rounds ("stages500"), each much longer."""
     out = [
-        "| model / task | method | default | long reference | default / long | long s |",
-        "|---|---|---|---|---|---|",
+        "| model / task | method | default | Adam reference | 500-iteration stages "
+        "| default / best reference | reference s (Adam, stages) |",
+        "|---|---|---|---|---|---|---|",
     ]
     for ck, cell in CELLS.items():
         stem = ck.replace(":", "_")
         rows: list[dict[str, str]] = []
-        for name in (f"{stem}_noisy_s0.csv", f"{stem}_long_s0.csv"):
+        for name in (f"{stem}_noisy_s0.csv", f"{stem}_long_s0.csv", f"{stem}_stages_s0.csv"):
             if (root / name).exists():
                 with (root / name).open() as f:
                     rows += list(csv.DictReader(f))
         for method, key in OWN.items():
             mine = {r["settings"]: r for r in rows if r["method"] == method}
-            if {"default", "long"} <= set(mine):
-                d, lg = float(mine["default"][key]), float(mine["long"][key])
-                out.append(
-                    f"| {cell} | {METHODS[method]} ({key}) | {d:.4f} | {lg:.4f} "
-                    f"| {d / lg:.3f} | {float(mine['long']['seconds']):.0f} |"
-                )
+            if "default" not in mine or not set(REFS) & set(mine):
+                continue
+            refs = {k: float(mine[k][key]) for k in REFS if k in mine}
+            secs = [f"{float(mine[k]['seconds']):.0f}" if k in mine else "-" for k in REFS]
+            shown = [f"{refs[k]:.4f}" if k in refs else "-" for k in REFS]
+            d = float(mine["default"][key])
+            out.append(
+                f"| {cell} | {METHODS[method]} ({key}) | {d:.4f} | {shown[0]} | {shown[1]} "
+                f"| {d / min(refs.values()):.3f} | {', '.join(secs)} |"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -119,5 +127,5 @@ def _below(rows: list[dict[str, str]], fbil: list[dict[str, str]], key: str | No
 if __name__ == "__main__":
     root = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT
     print(table(root))
-    print("\n**long references (noisy expert, seed 0)**\n")
+    print("\n**reference runs (noisy expert, seed 0)**\n")
     print(long_table(root))
