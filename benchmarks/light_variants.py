@@ -8,7 +8,7 @@ default rbfm-light). Per model
 (cheetah run, walker flip on RND / APS / ProtoRL, quadruped jump), 20 noisy
 demonstrations (the model's expert, action noise std 0.3) are rolled out once and cached
 under runs/light_variants/; each seed draws 4, as `benchmarks/robust_descent.py` does.
-One line per (model, seed, variant): FB-IL's evaluations and seconds, Light's own
+One line per (model, seed, variant): FB-IL's evaluations and seconds, the method's own
 evaluations, its wall time over FB-IL's, its exact objective (Light: the TV-0.8 worst
 case; Heavy: the LP's value), convergence, and
 the exact value after each stage. docs/inference.md, "RBFM-Light's time against its
@@ -76,7 +76,7 @@ def main() -> None:
                 stages = " ".join(f"{v:.4f}" for v in res.trace)
                 print(
                     f"{name:<13} s{seed} {variant:<8} fbil {fbil.steps:4d} {fbil_s:5.1f}s | "
-                    f"light {res.steps:4d} {light_s:5.1f}s x{light_s / fbil_s:.2f} "
+                    f"{args.method} {res.steps:4d} {light_s:5.1f}s x{light_s / fbil_s:.2f} "
                     f"objective {res.objective:.4f} converged {res.converged} "
                     f"set_changes {res.extra.get('set_changes', 0):.0f} stages {stages}",
                     flush=True,
