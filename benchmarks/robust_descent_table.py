@@ -39,6 +39,8 @@ HEADER = (
 )
 OWN = {"rbfm-light": "tv", "rbfm-heavy": "heavy"}  # each robust method's own objective
 REFS = ("long", "stages500")  # the reference runs' settings (benchmarks/robust_descent.py)
+# The sources robust_descent_models.sh names the reference runs' files by (NAME_SOURCE_s0.csv).
+REF_SOURCES = ("long", "stages")
 
 
 def _mean(rows: list[dict[str, str]], key: str) -> float:
@@ -47,7 +49,7 @@ def _mean(rows: list[dict[str, str]], key: str) -> float:
 
 def table(root: Path) -> str:
     runs: dict[tuple[str, str, str], list[dict[str, str]]] = defaultdict(list)
-    references = ("_long_", "_stages_")
+    references = tuple(f"_{source}_" for source in REF_SOURCES)
     for path in sorted(p for p in root.glob("*.csv") if not any(r in p.name for r in references)):
         with path.open() as f:
             for r in csv.DictReader(f):
@@ -96,7 +98,8 @@ def long_table(root: Path) -> str:
     for ck, cell in CELLS.items():
         stem = ck.replace(":", "_")
         rows: list[dict[str, str]] = []
-        for name in (f"{stem}_noisy_s0.csv", f"{stem}_long_s0.csv", f"{stem}_stages_s0.csv"):
+        for source in ("noisy", *REF_SOURCES):
+            name = f"{stem}_{source}_s0.csv"
             if (root / name).exists():
                 with (root / name).open() as f:
                     rows += list(csv.DictReader(f))
