@@ -129,6 +129,38 @@ def test_exported_models_carry_no_machine_paths_and_ask_for_their_data(tmp_path:
         training_data(shipped, None, "cheetah_x")
 
 
+def test_a_float16_export_halves_the_file_and_loads_within_its_rounding(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    from rbfm.fb.checkpoint import export_checkpoint
+
+    torch.manual_seed(0)
+    model = FBModel(17, 6, fb_config("tiny"))
+    data = {"path": "/elsewhere/old-name/cheetah/rnd/buffer", "algo": "rnd", "transitions": 999}
+    save_checkpoint(tmp_path / "best", model, {"domain": "cheetah", "dataset": data})
+    full = export_checkpoint(tmp_path / "best", tmp_path / "full", {})
+    half = export_checkpoint(
+        tmp_path / "best", tmp_path / "half", {"dataset": {"name": "new"}}, torch.float16
+    )
+    stored = load_file(str(half.with_suffix(".safetensors")))
+    assert {v.dtype for v in stored.values()} == {torch.float16}
+    ratio = (
+        half.with_suffix(".safetensors").stat().st_size
+        / full.with_suffix(".safetensors").stat().st_size
+    )
+    assert 0.45 < ratio < 0.55
+    loaded, meta = load_checkpoint(half)
+    # The given name replaces the recorded one; the other fields stay.
+    assert meta["dataset"] == {"name": "new", "algo": "rnd", "transitions": 999}
+    for k, v in loaded.state_dict().items():
+        assert v.dtype == torch.float32
+        want = model.state_dict()[k]
+        torch.testing.assert_close(v, want.half().float(), rtol=0, atol=0)
+        assert (v - want).abs().max() <= 1e-3 * max(float(want.abs().max()), 1e-3)
+    obs, z = torch.randn(5, 17), torch.randn(5, 8)
+    torch.testing.assert_close(loaded.actor(obs, z), model.actor(obs, z), rtol=0, atol=1e-2)
+
+
 def test_the_shipped_model_names_no_path() -> None:
     from rbfm.fb.checkpoint import ASSETS
 

@@ -432,24 +432,28 @@ def _portable(path: str) -> str:
 
 
 def _cmd_export(args: argparse.Namespace) -> None:
+    import torch
+
+    from rbfm.data.dataset import find_buffer
     from rbfm.envs import TASKS
-    from rbfm.fb.checkpoint import export_checkpoint, load_checkpoint
+    from rbfm.fb.checkpoint import dataset_name, export_checkpoint, load_checkpoint
     from rbfm.fb.zero_shot import task_vectors
 
+    # The data named here is the model's, whatever path the run recorded.
+    data = None if args.dataset is None else dataset_name(find_buffer(Path(args.dataset)))
     model, meta = load_checkpoint(args.checkpoint)
     # The stored z when the run has them (its selection's), else inferred now (seed 1).
     dataset = None if "task_z" in meta else args.dataset
     task_z, _ = task_vectors(
         model, meta, list(TASKS[meta["domain"]]), args.checkpoint, dataset, seed=1
     )
-    stem = export_checkpoint(
-        args.checkpoint,
-        args.out,
-        {
-            "task_z": {t: z.tolist() for t, z in task_z.items()},
-            "exported_from": _portable(args.checkpoint),
-        },
-    )
+    extra: dict[str, Any] = {
+        "task_z": {t: z.tolist() for t, z in task_z.items()},
+        "exported_from": _portable(args.checkpoint),
+    }
+    if data is not None:
+        extra["dataset"] = {"name": data}
+    stem = export_checkpoint(args.checkpoint, args.out, extra, torch.float16 if args.fp16 else None)
     print(f"wrote {stem}.safetensors and {stem}.json")
 
 
@@ -530,7 +534,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--checkpoint",
         default=None,
-        help="FB model to use (default: the cheetah model shipped with rbfm, else train one)",
+        help="FB model to use (default: the cpu-sized cheetah shipped with rbfm, "
+        "cheetah:rnd-v1, else train one)",
     )
     p.set_defaults(func=_cmd_quickstart)
 
@@ -900,7 +905,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--checkpoint", required=True, help="the checkpoint to copy (e.g. RUN/best)")
     p.add_argument("--out", required=True, help="destination stem (writes .safetensors/.json)")
-    p.add_argument("--dataset", default=None, help="default: the model's training dataset")
+    p.add_argument(
+        "--dataset",
+        default=None,
+        help="the model's training data: labels the tasks' z if the checkpoint stores "
+        "none, and its name replaces the recorded one (default: the recorded dataset)",
+    )
+    p.add_argument(
+        "--fp16",
+        action="store_true",
+        help="store the weights in float16: half the file (a paper-size model: 33 MB "
+        "instead of 65), loaded back into float32",
+    )
     p.set_defaults(func=_cmd_export)
 
     p = _command(

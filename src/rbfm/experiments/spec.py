@@ -111,12 +111,22 @@ def _methods(
     return fb + base
 
 
+# The laptop-sized presets use the `cpu`-sized cheetah: the default one (since the twelfth
+# session) has Table 4's sizes, and `smoke` took 214 s on it against 14-19 s.
+CPU_CHEETAH = "cheetah:rnd-v1"
+
 PRESETS: dict[str, ExperimentSpec] = {
-    # Seconds on a laptop: the pipeline end to end on the shipped cheetah model.
+    # Seconds on a laptop: the pipeline end to end on a shipped cheetah model.
     "smoke": ExperimentSpec(
         name="smoke",
         models=(
-            ModelEntry("cheetah", tasks=("walk", "run"), families=("joint_friction",), levels=2),
+            ModelEntry(
+                "cheetah",
+                checkpoint=CPU_CHEETAH,
+                tasks=("walk", "run"),
+                families=("joint_friction",),
+                levels=2,
+            ),
         ),
         methods=(
             MethodEntry("fbil", overrides={"steps": 50}),
@@ -132,16 +142,20 @@ PRESETS: dict[str, ExperimentSpec] = {
     # methods at the paper's inference steps, the baselines at their cpu presets.
     "slice": ExperimentSpec(
         name="slice",
-        models=(ModelEntry("cheetah", tasks=("walk",), families=("joint_friction",)),),
+        models=(
+            ModelEntry(
+                "cheetah", checkpoint=CPU_CHEETAH, tasks=("walk",), families=("joint_friction",)
+            ),
+        ),
         methods=_methods(*NAMES),
         episodes=20,
     ),
-    # The paper's protocol on the shipped cheetah model (docs/imitation.md ran it on the
-    # earlier cheetah_cpu): four tasks, three families, five methods (baselines on walk),
-    # 5 seeds x 20 episodes per level.
+    # The paper's protocol on the `cpu`-sized shipped cheetah (docs/imitation.md ran it on
+    # the earlier cheetah_cpu): four tasks, three families, five methods (baselines on
+    # walk), 5 seeds x 20 episodes per level.
     "cpu": ExperimentSpec(
         name="cpu",
-        models=(ModelEntry("cheetah"),),
+        models=(ModelEntry("cheetah", checkpoint=CPU_CHEETAH),),
         methods=_methods(*NAMES, baselines_on=("walk",)),
         episodes=20,
     ),
@@ -151,12 +165,14 @@ PRESETS: dict[str, ExperimentSpec] = {
     # (where converged methods all return the expert) and on noisy ones (where they need
     # not). No certificates: their MLP critic fits would cost more than the whole
     # inference, and docs/inference.md measures each method's own objective exactly.
-    # Walker and quadruped are pinned to the models they were measured on (the defaults
-    # until issue 20's), so that rerunning the preset measures the same models.
+    # Its models are pinned to those it was measured on (the defaults until issue 20's),
+    # so that rerunning the preset measures the same models.
     "converge": ExperimentSpec(
         name="converge",
         models=(
-            ModelEntry("cheetah", tasks=("run",), families=("joint_friction",)),
+            ModelEntry(
+                "cheetah", checkpoint="cheetah:rnd-v1", tasks=("run",), families=("joint_friction",)
+            ),
             ModelEntry(
                 "walker", checkpoint="walker:rnd-v1", tasks=("flip",), families=("joint_friction",)
             ),

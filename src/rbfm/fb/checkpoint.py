@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
@@ -92,15 +93,23 @@ def shipped_model(domain: str, dataset: str | None = None) -> Path | None:
     return chosen[0].with_suffix("") if chosen else None
 
 
-def save_checkpoint(stem: Path, model: FBModel, meta: dict[str, Any], targets: bool = True) -> None:
+def save_checkpoint(
+    stem: Path,
+    model: FBModel,
+    meta: dict[str, Any],
+    targets: bool = True,
+    dtype: torch.dtype | None = None,
+) -> None:
     """Writes `stem.safetensors` then `stem.json` (which names the weights' hash).
 
     targets=False leaves out the target networks (40% of the file): nothing but
     training reads them, and a model loaded without them gets copies of F and B.
+    dtype stores the floating-point tensors in another precision (float16 halves the
+    file); `load_checkpoint` copies them back into the model's float32.
     """
     weights = stem.with_suffix(".safetensors")
     state = {
-        k: v.detach().cpu().contiguous()
+        k: _stored(v.detach().cpu(), dtype).contiguous()
         for k, v in model.state_dict().items()
         if targets or not k.startswith(_TARGETS)
     }
@@ -115,6 +124,10 @@ def save_checkpoint(stem: Path, model: FBModel, meta: dict[str, Any], targets: b
         **meta,
     }
     atomic_write(stem.with_suffix(".json"), lambda p: p.write_text(json.dumps(info, indent=2)))
+
+
+def _stored(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    return t.to(dtype) if dtype is not None and t.is_floating_point() else t
 
 
 def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -178,9 +191,14 @@ def load_checkpoint(
 
 
 def export_checkpoint(
-    path: str | os.PathLike[str], out: str | os.PathLike[str], extra: dict[str, Any]
+    path: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    extra: dict[str, Any],
+    dtype: torch.dtype | None = None,
 ) -> Path:
-    """Copies a checkpoint to `out` (a stem), its description extended with `extra`."""
+    """Copies a checkpoint to `out` (a stem), its description extended with `extra`
+    (a `dataset` there updates the recorded one's fields), its weights stored in
+    `dtype` if given."""
     model, meta = load_checkpoint(path)
     stem = Path(out).with_suffix("") if Path(out).suffix in (".json", ".safetensors") else Path(out)
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -194,13 +212,15 @@ def export_checkpoint(
         data = dict(keep["dataset"])
         path = data.pop("path", None)
         if path is not None:
-            data.setdefault("name", _dataset_name(Path(path)))
+            data.setdefault("name", dataset_name(Path(path)))
         keep["dataset"] = data
-    save_checkpoint(stem, model, {**keep, **extra}, targets=False)
+    if "dataset" in extra:
+        extra = {**extra, "dataset": {**keep.get("dataset", {}), **extra["dataset"]}}
+    save_checkpoint(stem, model, {**keep, **extra}, targets=False, dtype=dtype)
     return stem
 
 
-def _dataset_name(buffer: Path) -> str:
+def dataset_name(buffer: Path) -> str:
     """`.../<name>/<domain>/<algo>/buffer` -> `<name>` (the ExORL layout's root folder)."""
     parts = buffer.parts
     return parts[-4] if len(parts) >= 4 and parts[-1] == "buffer" else buffer.name
