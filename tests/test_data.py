@@ -184,3 +184,53 @@ def test_unknown_domain(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="cannot tell the domain"):
         load_dataset(odd)
     assert load_dataset(odd, domain="cheetah").num_episodes == 1
+
+
+def test_packed_episodes_unpack_to_the_same_files_with_only_the_halved_keys_rounded(
+    tmp_path: Path,
+) -> None:
+    from rbfm.data.pack import pack_episodes, unpack_episodes
+
+    buffer, eps = _write(tmp_path / "src", episodes=6, steps=20)
+    summary = pack_episodes(tmp_path / "src", tmp_path / "p.xz", first=5, every=2, half=["physics"])
+    assert (summary.episodes, summary.steps, summary.domain) == (3, 60, "cheetah")
+    out = unpack_episodes(tmp_path / "p.xz", tmp_path / "dst")
+    assert out.path == tmp_path / "dst" / "cheetah" / "rnd" / "buffer"
+    originals = {f.name: f for f in buffer.iterdir()}
+    names = sorted(p.name for p in out.path.iterdir())
+    assert [parse_name(n) for n in names] == [(0, 20), (2, 20), (4, 20)]
+    for name in names:
+        index = parse_name(name)[0]  # type: ignore[index]
+        with np.load(out.path / name) as got, np.load(originals[name]) as want:
+            for key in KEYS:
+                expected = eps[index][key]
+                if key == "physics":  # float16's rounding, and nothing else
+                    expected = expected.astype(np.float16).astype(np.float64)
+                    assert not np.array_equal(expected, eps[index][key])
+                np.testing.assert_array_equal(got[key], expected)
+                assert got[key].dtype == want[key].dtype
+    assert len(load_dataset(tmp_path / "dst")) == 3 * 19
+
+
+def test_pack_and_unpack_reject_what_they_cannot_carry(tmp_path: Path) -> None:
+    from rbfm.data.pack import pack_episodes, unpack_episodes
+
+    buffer, _ = _write(tmp_path / "src", episodes=2, steps=5)
+    with pytest.raises(ConfigError, match="action"):
+        pack_episodes(buffer, tmp_path / "p.xz", half=["action"])
+    with pytest.raises(ConfigError, match="every"):
+        pack_episodes(buffer, tmp_path / "p.xz", every=0)
+    big = fake_episode("cheetah", 5, np.random.default_rng(1))
+    big["observation"][2, 3] = 1e5
+    write_episode(buffer, 2, big)
+    with pytest.raises(DatasetError, match="float16"):
+        pack_episodes(buffer, tmp_path / "p.xz", half=["observation"])
+    assert not (tmp_path / "p.xz").exists()
+    pack_episodes(buffer, tmp_path / "p.xz")
+    with pytest.raises(DatasetError, match="already holds"):
+        unpack_episodes(tmp_path / "p.xz", tmp_path / "src")
+    data = (tmp_path / "p.xz").read_bytes()
+    (tmp_path / "cut.xz").write_bytes(data[: len(data) // 2])
+    with pytest.raises(DatasetError):
+        unpack_episodes(tmp_path / "cut.xz", tmp_path / "dst")
+    assert not (tmp_path / "dst").exists()  # nothing half-written

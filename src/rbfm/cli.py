@@ -73,6 +73,23 @@ def _cmd_info(args: argparse.Namespace) -> None:
     print(_summary_with_tasks(args.path))
 
 
+def _cmd_pack(args: argparse.Namespace) -> None:
+    from rbfm.data.pack import pack_episodes
+
+    s = pack_episodes(args.path, args.out, args.first, args.every, args.half)
+    print(
+        f"packed {s.episodes} {s.domain} {s.algo} episodes ({s.steps:,} steps) into {s.path}: "
+        f"{s.bytes / 2**20:.1f} MiB" + (f"; float16: {', '.join(args.half)}" if args.half else "")
+    )
+
+
+def _cmd_unpack(args: argparse.Namespace) -> None:
+    from rbfm.data.pack import unpack_episodes
+
+    s = unpack_episodes(args.path, args.out)
+    print(f"unpacked {s.episodes} {s.domain} {s.algo} episodes ({s.steps:,} steps) into {s.path}")
+
+
 def _cmd_envs(args: argparse.Namespace) -> None:
     from rbfm.envs import DOMAINS, PERTURBATIONS
 
@@ -933,6 +950,41 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(sub, "info", help="summarise a dataset, with every task's relabelled rewards")
     p.add_argument("path", help="a buffer directory or any directory above it")
     p.set_defaults(func=_cmd_info)
+
+    p = _command(
+        sub,
+        "pack",
+        help="chosen episodes of a dataset in one compact file, to carry to another machine "
+        "(e.g. a GPU whose transfers are limited); `rbfm unpack` writes them back",
+    )
+    p.add_argument("path", help="a buffer directory or any directory above it")
+    p.add_argument("--out", required=True, help="the file to write (xz-compressed)")
+    p.add_argument(
+        "--first", type=int, default=None, help="only the first N episodes (default: all)"
+    )
+    p.add_argument(
+        "--every",
+        type=int,
+        default=1,
+        help="every Nth episode of those: 5 keeps episodes 0, 5, 10, ... (default: 1)",
+    )
+    p.add_argument(
+        "--half",
+        action="append",
+        default=[],
+        choices=["observation", "physics"],
+        help="store this key in float16 (relative error <= 2^-11; repeatable)",
+    )
+    p.set_defaults(func=_cmd_pack)
+
+    p = _command(
+        sub, "unpack", help="write a `rbfm pack` file's episodes back as ExORL episode files"
+    )
+    p.add_argument("path", help="the packed file")
+    p.add_argument(
+        "--out", required=True, help="dataset root: episodes go to OUT/<domain>/<algo>/buffer"
+    )
+    p.set_defaults(func=_cmd_unpack)
 
     p = _command(sub, "envs", help="list domains, tasks and perturbation families")
     p.set_defaults(func=_cmd_envs)

@@ -60,7 +60,11 @@ def episode_files(directory: Path) -> list[Path]:
 def write_episode(directory: Path, index: int, episode: Mapping[str, np.ndarray]) -> Path:
     """Writes one episode atomically: to a temporary file first, then renamed."""
     length = len(episode["observation"]) - 1
-    final = directory / episode_name(index, length)
+    return save_episode(directory / episode_name(index, length), episode)
+
+
+def save_episode(final: Path, episode: Mapping[str, np.ndarray]) -> Path:
+    """Writes one episode atomically under the given file name."""
     buf = io.BytesIO()
     arrays = {k: np.asarray(episode[k], DTYPES[k]) for k in KEYS}
     np.savez_compressed(buf, **arrays)  # type: ignore[arg-type]
