@@ -21,13 +21,12 @@ from typing import IO, Any
 import numpy as np
 
 from rbfm.atomic import atomic_write
-from rbfm.data.dataset import _infer_domain, find_buffer
+from rbfm.data.dataset import _infer_domain, _read_all, find_buffer
 from rbfm.data.exorl import (
     DTYPES,
     KEYS,
     episode_files,
     parse_name,
-    read_episode,
     save_episode,
     validate_episode,
 )
@@ -93,7 +92,7 @@ def pack_episodes(
     chosen = select_episodes(episode_files(buffer), first, every)
     if not chosen:
         raise DatasetError(f"{buffer}: no episode files (*.npz)")
-    episodes = [read_episode(f, domain) for f in chosen]
+    episodes = _read_all(chosen, domain)
     dtypes = {k: np.dtype(np.float16) if k in half else np.dtype(DTYPES[k]) for k in KEYS}
     arrays = {k: np.concatenate([ep[k] for ep in episodes]) for k in KEYS}
     rows = [len(ep["observation"]) for ep in episodes]
