@@ -79,6 +79,26 @@ def test_info_gives_each_task_its_best_episode_and_returns_by_tenth(
         assert [float(x) for x in row[2:]] == pytest.approx(expected, abs=0.51)
 
 
+def test_packed_episodes_relabel_as_the_originals_after_unpacking(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rbfm.data import load_dataset, relabel_all
+
+    collect = ["collect", "--domain", "cheetah", "--agent", "random", "--quiet"]
+    assert main([*collect, "--transitions", "3000", "--out", str(tmp_path / "src")]) == 0
+    packed = tmp_path / "p.xz"
+    assert main(["pack", str(tmp_path / "src"), "--every", "2", "--out", str(packed)]) == 0
+    assert "packed 2 cheetah random episodes (2,000 steps)" in capsys.readouterr().out
+    assert main(["unpack", str(packed), "--out", str(tmp_path / "dst")]) == 0
+    assert main(["unpack", str(packed), "--out", str(tmp_path / "dst")]) == 2
+    assert "already holds episodes" in capsys.readouterr().err
+    src, dst = load_dataset(tmp_path / "src"), load_dataset(tmp_path / "dst")
+    assert dst.files == [src.files[0], src.files[2]]
+    want = {t: src.episode_returns(r)[[0, 2]] for t, r in relabel_all(src, "cheetah").items()}
+    for task, r in relabel_all(dst, "cheetah").items():
+        assert dst.episode_returns(r) == pytest.approx(want[task], abs=1e-9)
+
+
 def test_errors_exit_2_with_a_message(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["info", str(tmp_path / "missing")]) == 2
     assert "no such directory" in capsys.readouterr().err
