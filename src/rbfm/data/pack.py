@@ -2,7 +2,7 @@
 a transfer limit and write them back there as the same episode files.
 
 Made for lent GPUs, whose calls carry 64 MiB: quadruped's 1M transitions are ~740 MB,
-200 of its episodes ~110 MB as episode files. Each key's rows are stored column-major and
+200 of its episodes ~150 MB as episode files. Each key's rows are stored column-major and
 byte-shuffled before xz, so that the slowly varying high bytes of one feature sit
 together (on quadruped's float16 observations, ~20% smaller than the episode files' own
 deflate). Observation and physics may be stored in float16 (`half`): relative error at
@@ -50,7 +50,8 @@ class PackSummary:
 
 
 def select_episodes(files: Sequence[Path], first: int | None, every: int) -> list[Path]:
-    """Episodes 0, every, 2*every, ... (by the index in their names), of the first `first`."""
+    """In the order of the indices in their names: the first `first` episodes (all if
+    None), then every `every`-th of those from the first."""
     if every < 1:
         raise ConfigError(f"every: {every} is out of range (valid: >= 1)")
     if first is not None and first < 1:
