@@ -153,7 +153,8 @@ def find_buffer(path: Path) -> Path:
     return found[0]
 
 
-def _infer_domain(buffer: Path, domain: str | None) -> DomainSpec:
+def infer_domain(buffer: Path, domain: str | None) -> DomainSpec:
+    """The named domain, else the one the buffer's path names (<domain>/<algo>/buffer)."""
     if domain is not None:
         return get_domain(domain)
     for part in reversed(buffer.resolve().parts):
@@ -170,7 +171,8 @@ def _manifest(domain: DomainSpec, files: list[Path]) -> dict[str, object]:
     return {"version": _CACHE_VERSION, "domain": domain.name, "files": stats}
 
 
-def _read_all(files: list[Path], domain: DomainSpec) -> list[dict[str, np.ndarray]]:
+def read_episodes(files: list[Path], domain: DomainSpec) -> list[dict[str, np.ndarray]]:
+    """Reads and validates the files' episodes, on threads, with a progress bar."""
     # zlib releases the GIL, so threads decompress episodes in parallel.
     with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1)) as pool:
         results = pool.map(lambda f: read_episode(f, domain), files)
@@ -217,7 +219,7 @@ def load_dataset(
     is rebuilt whenever an episode file is added, removed or changed.
     """
     buffer = find_buffer(Path(path))
-    spec = _infer_domain(buffer, domain)
+    spec = infer_domain(buffer, domain)
     files = episode_files(buffer)
     if not files:
         raise DatasetError(f"{buffer}: no episode files (*.npz)")
@@ -225,7 +227,7 @@ def load_dataset(
     cache_dir = buffer.parent / CACHE_DIR
     arrays = _load_cache(cache_dir, manifest) if cache else None
     if arrays is None:
-        episodes = _read_all(files, spec)
+        episodes = read_episodes(files, spec)
         arrays = {k: np.concatenate([ep[k] for ep in episodes]) for k in KEYS}
         arrays["lengths"] = np.array([len(ep["observation"]) - 1 for ep in episodes])
         if cache:

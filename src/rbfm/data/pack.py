@@ -21,7 +21,7 @@ from typing import IO, Any
 import numpy as np
 
 from rbfm.atomic import atomic_write
-from rbfm.data.dataset import _infer_domain, _read_all, find_buffer
+from rbfm.data.dataset import find_buffer, infer_domain, read_episodes
 from rbfm.data.exorl import (
     DTYPES,
     KEYS,
@@ -89,11 +89,11 @@ def pack_episodes(
     if unknown:
         raise ConfigError(f"half: {unknown} cannot be stored in float16 (valid: {HALF_KEYS})")
     buffer = find_buffer(Path(path))
-    domain = _infer_domain(buffer, None)
+    domain = infer_domain(buffer, None)
     chosen = select_episodes(episode_files(buffer), first, every)
     if not chosen:
         raise DatasetError(f"{buffer}: no episode files (*.npz)")
-    episodes = _read_all(chosen, domain)
+    episodes = read_episodes(chosen, domain)
     dtypes = {k: np.dtype(np.float16) if k in half else np.dtype(DTYPES[k]) for k in KEYS}
     arrays = {k: np.concatenate([ep[k] for ep in episodes]) for k in KEYS}
     rows = [len(ep["observation"]) for ep in episodes]
