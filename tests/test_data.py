@@ -234,3 +234,65 @@ def test_pack_and_unpack_reject_what_they_cannot_carry(tmp_path: Path) -> None:
     with pytest.raises(DatasetError):
         unpack_episodes(tmp_path / "cut.xz", tmp_path / "dst")
     assert not (tmp_path / "dst").exists()  # nothing half-written
+
+
+def _collected(root: Path, seed: int = 3) -> Path:
+    from rbfm.exploration.collect import CollectConfig, collect
+
+    return collect(CollectConfig("cheetah", "random", 3000, str(root), seed=seed), progress=False)
+
+
+def test_a_replay_file_regenerates_every_episode_bitwise_from_its_actions(tmp_path: Path) -> None:
+    from rbfm.data.pack import pack_episodes, unpack_episodes
+
+    buffer = _collected(tmp_path / "src")
+    packed = pack_episodes(buffer, tmp_path / "r.xz", replay=True)
+    full = pack_episodes(buffer, tmp_path / "f.xz")
+    assert packed.bytes < full.bytes / 3  # actions alone: cheetah's 6 of ~44 numbers a row
+    out = unpack_episodes(tmp_path / "r.xz", tmp_path / "dst")
+    assert (out.episodes, out.steps, out.reproduced, out.deviation) == (3, 3000, 3, 0.0)
+    originals = sorted(buffer.glob("*.npz"))
+    assert sorted(p.name for p in out.path.iterdir()) == [p.name for p in originals]
+    for want in originals:
+        with np.load(out.path / want.name) as got, np.load(want) as ref:
+            for key in KEYS:
+                np.testing.assert_array_equal(got[key], ref[key])
+                assert got[key].dtype == ref[key].dtype
+    assert not (out.path.parent / ".buffer.unpacking").exists()
+
+
+def test_a_replay_that_diverges_is_reported_with_its_gap(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rbfm.data.pack as pack
+
+    buffer = _collected(tmp_path / "src")
+    pack.pack_episodes(buffer, tmp_path / "r.xz", replay=True)
+    real = pack.regenerate
+
+    def nudged(collection, env, index, actions):  # type: ignore[no-untyped-def]
+        if index == 1:  # another processor's rounding, exaggerated
+            actions = actions.copy()
+            actions[500, 0] = np.nextafter(actions[500, 0], np.float32(0))
+        return real(collection, env, index, actions)
+
+    monkeypatch.setattr(pack, "regenerate", nudged)
+    out = pack.unpack_episodes(tmp_path / "r.xz", tmp_path / "dst")
+    assert out.reproduced == 2 and out.deviation is not None and out.deviation > 0
+    assert len(list(out.path.glob("*.npz"))) == 3
+
+
+def test_replay_packing_refuses_episodes_it_could_not_regenerate(tmp_path: Path) -> None:
+    from rbfm.data.pack import pack_episodes
+
+    buffer = _collected(tmp_path / "src")
+    with pytest.raises(ConfigError, match="only actions"):
+        pack_episodes(buffer, tmp_path / "r.xz", replay=True, half=["physics"])
+    first = sorted(buffer.glob("*.npz"), key=lambda p: parse_name(p.name))[0]
+    first.rename(first.with_name(first.name.replace("_0_", "_7_")))  # not its index
+    with pytest.raises(DatasetError, match="reset state is not the one"):
+        pack_episodes(buffer, tmp_path / "r.xz", replay=True)
+    (buffer.parent / "collect.json").unlink()
+    with pytest.raises(DatasetError, match=r"collect\.json: missing"):
+        pack_episodes(buffer, tmp_path / "r.xz", replay=True)
+    assert not (tmp_path / "r.xz").exists()

@@ -1,0 +1,102 @@
+"""Episodes of `rbfm collect` regenerated from their actions.
+
+The collector reseeds the initial-state sampler with (seed, index) before each episode's
+reset and MuJoCo is deterministic, so an episode is a function of its collection's
+(domain, task, seed), its index and its actions: the actions, ~1/7 of a quadruped
+episode's bytes and nothing the simulator can recompute, regenerate the observations,
+rewards and physics states bitwise on the same MuJoCo build and processor. On another
+processor the floating point may differ in the last bits and chaos amplifies that over
+1,000 steps: the regenerated episode is then still the dynamics' own response to the same
+actions from the same initial state, just not the stored one, which `digest` detects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import mujoco
+import numpy as np
+
+from rbfm.data.exorl import DTYPES, KEYS, Episode, validate_episode
+from rbfm.envs import RbfmEnv, get_domain, make_env
+from rbfm.errors import DatasetError
+from rbfm.exploration.collect import CONFIG_FILE, run_episode
+
+_PHYSICS = mujoco.mjtState.mjSTATE_PHYSICS  # what the collector stores per row
+
+
+@dataclass(frozen=True)
+class Collection:
+    """What regenerates a collection's episodes besides their actions."""
+
+    domain: str
+    task: str
+    seed: int
+
+    @classmethod
+    def of_buffer(cls, buffer: Path) -> Collection:
+        """Read from the `collect.json` that `rbfm collect` writes beside the buffer."""
+        path = buffer.parent / CONFIG_FILE
+        if not path.is_file():
+            raise DatasetError(
+                f"{path}: missing; regenerating episodes needs the collection's domain, task "
+                "and seed, which `rbfm collect` records there"
+            )
+        try:
+            meta = json.loads(path.read_text())
+            return cls(str(meta["domain"]), str(meta["task"]), int(meta["seed"]))
+        except (ValueError, KeyError, TypeError) as e:
+            raise DatasetError(f"{path}: not a collection record ({e})") from e
+
+    def env(self) -> RbfmEnv:
+        return make_env(self.domain, self.task, seed=self.seed)
+
+
+class _Scripted:
+    """The collector's agent interface, playing back one episode's stored actions."""
+
+    def __init__(self, actions: np.ndarray) -> None:
+        self.actions, self.t = actions, 0
+
+    def begin_episode(self, index: int) -> None:
+        self.t = 0
+
+    def act(self, obs: np.ndarray, step: int) -> np.ndarray:
+        self.t += 1
+        return np.asarray(self.actions[self.t])
+
+
+def digest(episode: Mapping[str, np.ndarray]) -> str:
+    """SHA-256 of an episode's arrays in their stored dtypes: equal digests, equal bits."""
+    h = hashlib.sha256()
+    for k in KEYS:
+        h.update(np.ascontiguousarray(episode[k], DTYPES[k]).tobytes())
+    return h.hexdigest()
+
+
+def initial_physics(collection: Collection, env: RbfmEnv, index: int) -> np.ndarray:
+    """Episode `index`'s reset state, as the collector drew it."""
+    env.reseed(np.random.SeedSequence([collection.seed, index]))
+    env.reset()
+    state = np.empty(get_domain(collection.domain).physics_dim)
+    mujoco.mj_getState(env.physics.model.ptr, env.physics.data.ptr, state, _PHYSICS)
+    return state
+
+
+def regenerate(collection: Collection, env: RbfmEnv, index: int, actions: np.ndarray) -> Episode:
+    """Episode `index` of the collection, stepped through `actions` (T+1 rows, row 0 the
+    reset's zero action) exactly as the collector stepped it."""
+    spec = get_domain(collection.domain)
+    if actions.shape != (spec.episode_length + 1, spec.action_dim):
+        raise DatasetError(
+            f"episode {index}: actions of shape {actions.shape}; {collection.domain} episodes "
+            f"have ({spec.episode_length + 1}, {spec.action_dim})"
+        )
+    env.reseed(np.random.SeedSequence([collection.seed, index]))
+    episode = run_episode(env, _Scripted(actions), 0)
+    validate_episode(episode, spec, f"episode {index} regenerated")
+    return episode
