@@ -22,9 +22,9 @@ import mujoco
 import numpy as np
 
 from rbfm.data.exorl import DTYPES, KEYS, Episode, validate_episode
+from rbfm.data.rollout import COLLECTION_FILE, run_episode
 from rbfm.envs import RbfmEnv, get_domain, make_env
 from rbfm.errors import DatasetError
-from rbfm.exploration.collect import CONFIG_FILE, run_episode
 
 _PHYSICS = mujoco.mjtState.mjSTATE_PHYSICS  # what the collector stores per row
 
@@ -40,7 +40,7 @@ class Collection:
     @classmethod
     def of_buffer(cls, buffer: Path) -> Collection:
         """Read from the `collect.json` that `rbfm collect` writes beside the buffer."""
-        path = buffer.parent / CONFIG_FILE
+        path = buffer.parent / COLLECTION_FILE
         if not path.is_file():
             raise DatasetError(
                 f"{path}: missing; regenerating episodes needs the collection's domain, task "

@@ -20,16 +20,16 @@ import math
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-import mujoco
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from rbfm.atomic import TMP_SUFFIX, atomic_write
-from rbfm.data.exorl import KEYS, episode_files, parse_name, read_episode, write_episode
-from rbfm.envs import RbfmEnv, get_domain, make_env
+from rbfm.data.exorl import episode_files, parse_name, read_episode, write_episode
+from rbfm.data.rollout import COLLECTION_FILE, Agent, run_episode
+from rbfm.envs import get_domain, make_env
 from rbfm.errors import ConfigError, unknown
 from rbfm.exploration.aps import APSAgent, aps_config
 from rbfm.exploration.ddpg import DDPGAgent
@@ -40,12 +40,6 @@ from rbfm.run_identity import bind_identity
 
 AGENTS = ("random", "rnd", "aps", "proto")
 STATE_FILE = "collect_state.pt"
-CONFIG_FILE = "collect.json"
-
-
-class Agent(Protocol):
-    def begin_episode(self, index: int) -> None: ...
-    def act(self, obs: np.ndarray, step: int) -> np.ndarray: ...
 
 
 class RandomAgent:
@@ -166,34 +160,6 @@ def _save_state(path: Path, state: dict[str, Any]) -> None:
     atomic_write(path, lambda tmp: torch.save(state, tmp))
 
 
-def run_episode(env: RbfmEnv, agent: Agent, step: int) -> dict[str, np.ndarray]:
-    """One episode in ExORL layout: T+1 rows, row 0 the reset."""
-    spec = env.spec
-    n = spec.episode_length + 1
-    ep: dict[str, np.ndarray] = {
-        "observation": np.zeros((n, spec.obs_dim), np.float32),
-        "action": np.zeros((n, spec.action_dim), np.float32),
-        "reward": np.zeros((n, 1), np.float32),
-        "discount": np.ones((n, 1), np.float32),
-        "physics": np.zeros((n, spec.physics_dim), np.float64),
-    }
-    obs, act, rew, disc, phys = (ep[k] for k in KEYS)
-    # physics.get_state() without dm_control's wrapper, which costs more than the write.
-    model, data = env.physics.model.ptr, env.physics.data.ptr
-    what = mujoco.mjtState.mjSTATE_PHYSICS
-    ts = env.reset()
-    obs[0] = ts.observation
-    mujoco.mj_getState(model, data, phys[0], what)
-    for t in range(1, n):
-        a = agent.act(obs[t - 1], step + t - 1)
-        ts = env.step(a)
-        obs[t], act[t], rew[t], disc[t] = ts.observation, a, ts.reward, ts.discount
-        mujoco.mj_getState(model, data, phys[t], what)
-    if not ts.last():
-        raise RuntimeError(f"{env.describe()}: episode did not end after {n - 1} steps")
-    return ep
-
-
 def collect(cfg: CollectConfig, progress: bool = True) -> Path:
     """Collects (or resumes collecting) `cfg.transitions` steps; returns the buffer directory."""
     if cfg.agent not in AGENTS:
@@ -211,7 +177,7 @@ def collect(cfg: CollectConfig, progress: bool = True) -> Path:
     algo_dir = Path(cfg.out) / cfg.domain / cfg.agent
     buffer = algo_dir / "buffer"
     buffer.mkdir(parents=True, exist_ok=True)
-    bind_identity(algo_dir / CONFIG_FILE, cfg.identity(), "collection", _upgrade)
+    bind_identity(algo_dir / COLLECTION_FILE, cfg.identity(), "collection", _upgrade)
     for tmp in buffer.glob(f".*{TMP_SUFFIX}"):
         tmp.unlink()  # half-written episodes of a killed run
     length = spec.episode_length
@@ -289,5 +255,5 @@ def collect(cfg: CollectConfig, progress: bool = True) -> Path:
 
 def collect_info(buffer: Path) -> dict[str, Any]:
     """The settings a collection was made with (its collect.json), if any."""
-    path = buffer.parent / CONFIG_FILE
+    path = buffer.parent / COLLECTION_FILE
     return json.loads(path.read_text()) if path.exists() else {}
