@@ -251,6 +251,8 @@ def test_a_replay_file_regenerates_every_episode_bitwise_from_its_actions(tmp_pa
     assert packed.bytes < full.bytes / 3  # actions alone: cheetah's 6 of ~44 numbers a row
     out = unpack_episodes(tmp_path / "r.xz", tmp_path / "dst")
     assert (out.episodes, out.steps, out.reproduced, out.deviation) == (3, 3000, 3, 0.0)
+    returns = [float(np.load(f)["reward"].sum()) for f in buffer.glob("*.npz")]
+    assert out.returns == (pytest.approx(np.mean(returns)),) * 2
     originals = sorted(buffer.glob("*.npz"))
     assert sorted(p.name for p in out.path.iterdir()) == [p.name for p in originals]
     for want in originals:
@@ -271,14 +273,15 @@ def test_a_replay_that_diverges_is_reported_with_its_gap(
     real = pack.regenerate
 
     def nudged(collection, env, index, actions):  # type: ignore[no-untyped-def]
-        if index == 1:  # another processor's rounding, exaggerated
+        if index == 1:  # another processor's rounding, much exaggerated
             actions = actions.copy()
-            actions[500, 0] = np.nextafter(actions[500, 0], np.float32(0))
+            actions[100:] *= -1
         return real(collection, env, index, actions)
 
     monkeypatch.setattr(pack, "regenerate", nudged)
     out = pack.unpack_episodes(tmp_path / "r.xz", tmp_path / "dst")
     assert out.reproduced == 2 and out.deviation is not None and out.deviation > 0
+    assert out.returns is not None and out.returns[0] != out.returns[1]
     assert len(list(out.path.glob("*.npz"))) == 3
 
 

@@ -90,6 +90,11 @@ def _cmd_unpack(args: argparse.Namespace) -> None:
     print(f"unpacked {s.episodes} {s.domain} {s.algo} episodes ({s.steps:,} steps) into {s.path}")
     if s.reproduced is not None:
         print(f"regenerated from their actions: {s.reproduced} of {s.episodes} bitwise as packed")
+        assert s.returns is not None
+        print(
+            f"mean episode return of the stored reward: {s.returns[0]:.1f} packed, "
+            f"{s.returns[1]:.1f} regenerated"
+        )
         if s.reproduced < s.episodes:
             print(
                 f"the others' final physics states differ from the packed ones by up to "

@@ -63,6 +63,8 @@ class PackSummary:
     # |difference| between another episode's final physics state and the stored one
     reproduced: int | None = None
     deviation: float | None = None
+    # and the mean episode return of the stored task's reward: packed, regenerated
+    returns: tuple[float, float] | None = None
 
 
 def select_episodes(files: Sequence[Path], first: int | None, every: int) -> list[Path]:
@@ -174,6 +176,7 @@ def pack_episodes(
         }
         header["collection"] = {"task": collection.task, "seed": collection.seed}
         header["digests"] = [digest(ep) for ep in episodes]
+        header["returns"] = [float(ep["reward"].sum()) for ep in episodes]
     header["keys"] = {k: [dtypes[k].name, arrays[k].shape[1]] for k in keys}
     text = json.dumps(header).encode()
 
@@ -219,23 +222,27 @@ def _read_header(f: IO[bytes], path: Path) -> dict[str, Any]:
 Job = tuple[str, int, np.ndarray, str]  # file name, index, actions, digest
 
 
+Regenerated = tuple[bool, np.ndarray, float]  # bitwise?, final physics state, return
+
+
 def _regenerate_into(
     collection: Collection, directory: Path, jobs: Sequence[Job]
-) -> list[tuple[bool, np.ndarray]]:
+) -> list[Regenerated]:
     """Regenerates and writes `jobs`' episodes; per episode, whether it came back bitwise,
-    and its final physics state."""
+    its final physics state and its return."""
     env = collection.env()
     results = []
     for name, index, actions, want in jobs:
         episode = regenerate(collection, env, index, actions)
         save_episode(directory / name, episode)
-        results.append((digest(episode) == want, episode["physics"][-1]))
+        same = digest(episode) == want
+        results.append((same, episode["physics"][-1], float(episode["reward"].sum())))
     return results
 
 
 def _regenerate_all(
     collection: Collection, directory: Path, jobs: list[Job], workers: int
-) -> list[tuple[bool, np.ndarray]]:
+) -> list[Regenerated]:
     bar = tqdm(total=len(jobs), desc="regenerating episodes", unit="ep", disable=None)
     if workers == 0:
         results = []
@@ -250,7 +257,7 @@ def _regenerate_all(
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=context) as pool:
         futures = [pool.submit(_regenerate_into, collection, directory, c) for c in chunks]
-        done: list[list[tuple[bool, np.ndarray]]] = []
+        done: list[list[Regenerated]] = []
         for future, chunk in zip(futures, chunks, strict=True):
             done.append(future.result())
             bar.update(len(chunk))
@@ -288,11 +295,12 @@ def unpack_episodes(path: str | Path, root: str | Path, workers: int = 0) -> Pac
                 meta = header["collection"]
                 collection = Collection(domain.name, str(meta["task"]), int(meta["seed"]))
                 digests = [str(d) for d in header["digests"]]
+                header_returns = [float(r) for r in header["returns"]]
     except (lzma.LZMAError, EOFError) as e:
         raise DatasetError(f"{path}: not a readable xz stream ({e})") from e
     except (KeyError, TypeError, ValueError) as e:
         raise DatasetError(f"{path}: malformed header ({type(e).__name__}: {e})") from e
-    if len(names) != len(rows) or (replay and len(digests) != len(rows)):
+    if len(names) != len(rows) or (replay and {len(digests), len(header_returns)} != {len(rows)}):
         raise DatasetError(f"{path}: {len(names)} episode names for {len(rows)} row counts")
     buffer = Path(root) / domain.name / str(header["algo"]) / "buffer"
     if buffer.is_dir() and episode_files(buffer):
@@ -326,10 +334,11 @@ def unpack_episodes(path: str | Path, root: str | Path, workers: int = 0) -> Pac
             shutil.rmtree(hidden, ignore_errors=True)
         gaps = [
             float(np.abs(final - want).max())
-            for (same, final), want in zip(results, arrays["final"], strict=True)
+            for (same, final, _), want in zip(results, arrays["final"], strict=True)
             if not same
         ]
         reproduced, deviation = len(results) - len(gaps), max(gaps, default=0.0)
+        returns = (float(np.mean(header_returns)), float(np.mean([r[2] for r in results])))
     else:
         episodes = []
         for name, a, b in zip(names, starts[:-1], starts[1:], strict=True):
@@ -339,9 +348,17 @@ def unpack_episodes(path: str | Path, root: str | Path, workers: int = 0) -> Pac
         buffer.mkdir(parents=True, exist_ok=True)
         for name, episode in episodes:
             save_episode(buffer / name, episode)
-        reproduced, deviation = None, None
+        reproduced, deviation, returns = None, None, None
     steps = sum(rows) - len(rows)
     size = path.stat().st_size
     return PackSummary(
-        buffer, domain.name, buffer.parent.name, len(rows), steps, size, reproduced, deviation
+        buffer,
+        domain.name,
+        buffer.parent.name,
+        len(rows),
+        steps,
+        size,
+        reproduced,
+        deviation,
+        returns,
     )
