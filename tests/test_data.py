@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -236,10 +237,31 @@ def test_pack_and_unpack_reject_what_they_cannot_carry(tmp_path: Path) -> None:
     assert not (tmp_path / "dst").exists()  # nothing half-written
 
 
-def _collected(root: Path, seed: int = 3) -> Path:
+def _collected(root: Path, seed: int = 3, transitions: int = 3000) -> Path:
     from rbfm.exploration.collect import CollectConfig, collect
 
-    return collect(CollectConfig("cheetah", "random", 3000, str(root), seed=seed), progress=False)
+    cfg = CollectConfig("cheetah", "random", transitions, str(root), seed=seed)
+    return collect(cfg, progress=False)
+
+
+def _repack(src: Path, dst: Path, edit: Any) -> None:
+    """Rewrites a packed file with `edit(header, arrays)` applied, as a corrupted or
+    hand-made file would arrive."""
+    import lzma
+
+    from rbfm.data.pack import _layout, _shuffled, _unshuffled
+
+    with lzma.open(src, "rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+        arrays = {}
+        for k, (dtype, rows, cols) in _layout(src, header).items():
+            arrays[k] = _unshuffled(f.read(dtype.itemsize * rows * cols), dtype, rows, cols)
+    edit(header, arrays)
+    text = json.dumps(header).encode()
+    with lzma.open(dst, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text)
+        for a in arrays.values():
+            f.write(_shuffled(a))
 
 
 def test_a_replay_file_regenerates_every_episode_bitwise_from_its_actions(tmp_path: Path) -> None:
@@ -251,6 +273,7 @@ def test_a_replay_file_regenerates_every_episode_bitwise_from_its_actions(tmp_pa
     assert packed.bytes < full.bytes / 3  # actions alone: cheetah's 6 of ~44 numbers a row
     out = unpack_episodes(tmp_path / "r.xz", tmp_path / "dst")
     assert (out.episodes, out.steps, out.reproduced, out.deviation) == (3, 3000, 3, 0.0)
+    assert (out.differing, out.version_changes) == ((), ())
     returns = [float(np.load(f)["reward"].sum()) for f in buffer.glob("*.npz")]
     assert out.returns == (pytest.approx(np.mean(returns)),) * 2
     originals = sorted(buffer.glob("*.npz"))
@@ -260,27 +283,41 @@ def test_a_replay_file_regenerates_every_episode_bitwise_from_its_actions(tmp_pa
             for key in KEYS:
                 np.testing.assert_array_equal(got[key], ref[key])
                 assert got[key].dtype == ref[key].dtype
-    assert not (out.path.parent / ".buffer.unpacking").exists()
+    record = json.loads((buffer.parent / "collect.json").read_text())
+    assert json.loads((out.path.parent / "collect.json").read_text()) == record
+    assert pack_episodes(out.path, tmp_path / "again.xz", replay=True).episodes == 3
+    assert sorted(p.name for p in out.path.parent.iterdir()) == ["buffer", "collect.json"]
 
 
 def test_a_replay_that_diverges_is_reported_with_its_gap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import rbfm.data.pack as pack
+    from rbfm.data.resimulate import Collection
 
     buffer = _collected(tmp_path / "src")
     pack.pack_episodes(buffer, tmp_path / "r.xz", replay=True)
     real = pack.regenerate
 
+    def flipped(actions: np.ndarray) -> np.ndarray:
+        actions = actions.copy()
+        actions[100:] *= -1
+        return actions
+
     def nudged(collection, env, index, actions):  # type: ignore[no-untyped-def]
-        if index == 1:  # another processor's rounding, much exaggerated
-            actions = actions.copy()
-            actions[100:] *= -1
+        if index == 1:  # a processor that rounds differently, much exaggerated
+            actions = flipped(actions)
         return real(collection, env, index, actions)
 
     monkeypatch.setattr(pack, "regenerate", nudged)
     out = pack.unpack_episodes(tmp_path / "r.xz", tmp_path / "dst")
-    assert out.reproduced == 2 and out.deviation is not None and out.deviation > 0
+    collection = Collection.of_buffer(buffer)
+    ep1 = next(buffer.glob("*_1_1000.npz"))
+    with np.load(ep1) as original:
+        alone = real(collection, collection.env(), 1, flipped(original["action"]))
+        gap = np.abs(alone["physics"][-1] - original["physics"][-1]).max()
+    assert out.reproduced == 2 and out.deviation == gap > 0
+    assert out.differing == ("observation", "action", "reward", "physics")
     assert out.returns is not None and out.returns[0] != out.returns[1]
     assert len(list(out.path.glob("*.npz"))) == 3
 
@@ -292,6 +329,14 @@ def test_replay_packing_refuses_episodes_it_could_not_regenerate(tmp_path: Path)
     with pytest.raises(ConfigError, match="only actions"):
         pack_episodes(buffer, tmp_path / "r.xz", replay=True, half=["physics"])
     first = sorted(buffer.glob("*.npz"), key=lambda p: parse_name(p.name))[0]
+    with np.load(first) as f:
+        episode = {k: f[k] for k in KEYS}
+    episode["action"][10, 0] *= -1  # no longer the actions its states came from
+    first.unlink()
+    write_episode(buffer, 0, episode)
+    with pytest.raises(DatasetError, match="do not regenerate it bitwise"):
+        pack_episodes(buffer, tmp_path / "r.xz", replay=True)
+    first = sorted(buffer.glob("*.npz"), key=lambda p: parse_name(p.name))[0]
     first.rename(first.with_name(first.name.replace("_0_", "_7_")))  # not its index
     with pytest.raises(DatasetError, match="reset state is not the one"):
         pack_episodes(buffer, tmp_path / "r.xz", replay=True)
@@ -299,3 +344,44 @@ def test_replay_packing_refuses_episodes_it_could_not_regenerate(tmp_path: Path)
     with pytest.raises(DatasetError, match=r"collect\.json: missing"):
         pack_episodes(buffer, tmp_path / "r.xz", replay=True)
     assert not (tmp_path / "r.xz").exists()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda h, a: h.update(digests=h["digests"][:2]), "digests"),
+        (lambda h, a: h.update(returns=h["returns"][:2]), "2 returns for 3"),
+        (lambda h, a: h.update(algo="../x"), "not a folder name"),
+        (lambda h, a: h.update(names=[h["names"][0]] * 3), "names repeat"),
+        (lambda h, a: h.update(rows=[-1001, 2002, 2002]), "1001 rows each"),
+        (lambda h, a: h["keys"].update(final=["float64", 1]), "final stored as float64 x 1"),
+        (lambda h, a: h["collection"].update(task="fly"), "fly"),
+        (lambda h, a: a["action"].__setitem__((5, 0), np.nan), "NaN"),
+    ],
+)
+def test_unpacking_a_malformed_replay_file_writes_nothing(
+    tmp_path: Path, edit: Any, message: str
+) -> None:
+    from rbfm.data.pack import pack_episodes, unpack_episodes
+
+    pack_episodes(_collected(tmp_path / "src"), tmp_path / "r.xz", replay=True)
+    _repack(tmp_path / "r.xz", tmp_path / "bad.xz", edit)
+    with pytest.raises((DatasetError, ConfigError), match=message):
+        unpack_episodes(tmp_path / "bad.xz", tmp_path / "dst")
+    assert not (tmp_path / "dst").exists()
+
+
+def test_a_version_1_file_still_unpacks(tmp_path: Path) -> None:
+    from rbfm.data.pack import pack_episodes, unpack_episodes
+
+    buffer, eps = _write(tmp_path / "src", episodes=2, steps=5)
+    pack_episodes(buffer, tmp_path / "p.xz")
+
+    def as_version_1(header: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        header["version"] = 1
+        del header["mode"]
+
+    _repack(tmp_path / "p.xz", tmp_path / "v1.xz", as_version_1)
+    out = unpack_episodes(tmp_path / "v1.xz", tmp_path / "dst")
+    with np.load(next(out.path.glob("*_1_5.npz"))) as got:
+        np.testing.assert_array_equal(got["physics"], eps[1]["physics"])

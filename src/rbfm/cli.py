@@ -97,9 +97,12 @@ def _cmd_unpack(args: argparse.Namespace) -> None:
         )
         if s.reproduced < s.episodes:
             print(
-                f"the others' final physics states differ from the packed ones by up to "
-                f"{s.deviation:.3g} (another processor's rounding, grown over the episode)"
+                f"the others differ in {', '.join(s.differing)}; their final physics states "
+                f"by up to {s.deviation:.3g} (floating point that rounds differently here, "
+                "amplified by the dynamics over the episode)"
             )
+        if s.version_changes:
+            print(f"packed with other versions: {'; '.join(s.version_changes)}")
 
 
 def _cmd_envs(args: argparse.Namespace) -> None:
@@ -1005,9 +1008,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--workers",
         type=int,
-        default=os.cpu_count() or 1,
+        default=len(os.sched_getaffinity(0)),
         help="processes regenerating a --replay file's episodes (0: in this one) "
-        "(default: the CPU count)",
+        "(default: the CPUs this process may use)",
     )
     p.set_defaults(func=_cmd_unpack)
 

@@ -8,7 +8,7 @@ together (on quadruped's float16 observations, ~20% smaller than the episode fil
 deflate). Observation and physics may be stored in float16 (`half`): relative error at
 most 2**-11, recorded in the file's header; actions, rewards and discounts stay exact.
 
-With `replay`, only the actions travel (exact), with each episode's digest and final
+With `replay`, only the actions travel (exact), with each episode's digests, return and final
 physics state: `unpack` regenerates the rest in the simulator (`rbfm.data.resimulate`),
 on worker processes, and reports how many episodes came back bitwise and how far the
 others' final states lie from the originals. Quadruped's whole 1M transitions pack to
@@ -17,6 +17,7 @@ others' final states lie from the originals. Quadruped's whole 1M transitions pa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import lzma
 import multiprocessing
@@ -24,10 +25,11 @@ import os
 import shutil
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
+import mujoco
 import numpy as np
 from tqdm import tqdm
 
@@ -41,7 +43,8 @@ from rbfm.data.exorl import (
     save_episode,
     validate_episode,
 )
-from rbfm.data.resimulate import Collection, digest, initial_physics, regenerate
+from rbfm.data.resimulate import Collection, digests, initial_physics, regenerate
+from rbfm.data.rollout import COLLECTION_FILE
 from rbfm.envs import get_domain
 from rbfm.errors import ConfigError, DatasetError
 
@@ -65,6 +68,8 @@ class PackSummary:
     deviation: float | None = None
     # and the mean episode return of the stored task's reward: packed, regenerated
     returns: tuple[float, float] | None = None
+    differing: tuple[str, ...] = ()  # keys that differ in some episode
+    version_changes: tuple[str, ...] = ()  # "numpy 2.4.6 -> 2.5.2"
 
 
 def select_episodes(files: Sequence[Path], first: int | None, every: int) -> list[Path]:
@@ -111,7 +116,7 @@ def _check_replay(
                 f"for episode {index}; pack it without --replay"
             )
     got = regenerate(collection, env, indices[0], episodes[0]["action"])
-    if digest(got) != digest(episodes[0]):
+    if digests(got) != digests(episodes[0]):
         gap = float(np.abs(got["physics"] - episodes[0]["physics"]).max())
         raise DatasetError(
             f"{chosen[0]}: its actions do not regenerate it bitwise on this machine (physics "
@@ -174,8 +179,10 @@ def pack_episodes(
             "action": np.concatenate([ep["action"] for ep in episodes]),
             "final": np.stack([ep["physics"][-1] for ep in episodes]),
         }
-        header["collection"] = {"task": collection.task, "seed": collection.seed}
-        header["digests"] = [digest(ep) for ep in episodes]
+        # the whole record, written back beside the unpacked buffer
+        header["collection"] = json.loads((buffer.parent / COLLECTION_FILE).read_text())
+        header["versions"] = _versions()
+        header["digests"] = [digests(ep) for ep in episodes]
         header["returns"] = [float(ep["reward"].sum()) for ep in episodes]
     header["keys"] = {k: [dtypes[k].name, arrays[k].shape[1]] for k in keys}
     text = json.dumps(header).encode()
@@ -193,6 +200,11 @@ def pack_episodes(
     return PackSummary(out, domain.name, buffer.parent.name, len(rows), steps, out.stat().st_size)
 
 
+def _versions() -> dict[str, str]:
+    """What regeneration's bits depend on besides the processor."""
+    return {"mujoco": mujoco.__version__, "numpy": np.__version__}
+
+
 def _read_exact(f: IO[bytes], n: int, path: Path) -> bytes:
     raw = f.read(n)
     if len(raw) != n:
@@ -205,9 +217,11 @@ def _read_header(f: IO[bytes], path: Path) -> dict[str, Any]:
     if size > 1 << 26:
         raise DatasetError(f"{path}: not an {FORMAT} file (header of {size} bytes)")
     try:
-        header: dict[str, Any] = json.loads(_read_exact(f, size, path))
+        header = json.loads(_read_exact(f, size, path))
     except ValueError as e:
         raise DatasetError(f"{path}: not an {FORMAT} file ({e})") from e
+    if not isinstance(header, dict):
+        raise DatasetError(f"{path}: not an {FORMAT} file (its header is not an object)")
     if header.get("format") != FORMAT or header.get("version") not in (1, VERSION):
         raise DatasetError(
             f"{path}: format {header.get('format')!r} version {header.get('version')!r}; "
@@ -219,24 +233,91 @@ def _read_header(f: IO[bytes], path: Path) -> dict[str, Any]:
     return header
 
 
-Job = tuple[str, int, np.ndarray, str]  # file name, index, actions, digest
+def _layout(path: Path, header: dict[str, Any]) -> dict[str, tuple[np.dtype[Any], int, int]]:
+    """Checks names, row counts and keys against the domain before any block is read;
+    per stored key: (dtype, rows, columns)."""
+    domain = get_domain(str(header["domain"]))
+    names, rows = header["names"], [int(n) for n in header["rows"]]
+    if len(names) != len(rows) or not rows:
+        raise DatasetError(f"{path}: {len(names)} episode names for {len(rows)} row counts")
+    if len(set(names)) != len(names):
+        raise DatasetError(f"{path}: episode names repeat")
+    for name in names:
+        if not isinstance(name, str) or Path(name).name != name or parse_name(name) is None:
+            raise DatasetError(f"{path}: episode name {name!r} is not an ExORL file name")
+    algo = header["algo"]
+    if not isinstance(algo, str) or Path(algo).name != algo or algo in ("", ".", ".."):
+        raise DatasetError(f"{path}: algo {algo!r} is not a folder name")
+    width = {
+        "observation": domain.obs_dim,
+        "action": domain.action_dim,
+        "reward": 1,
+        "discount": 1,
+        "physics": domain.physics_dim,
+        "final": domain.physics_dim,
+    }
+    if header["mode"] == "replay":
+        length = domain.episode_length + 1
+        if any(n != length for n in rows):
+            raise DatasetError(f"{path}: replayed episodes have {length} rows each")
+        allowed = {"action": {"float32"}, "final": {"float64"}}
+    else:
+        if min(rows) < 2:
+            raise DatasetError(f"{path}: an episode of {min(rows)} rows (at least 2)")
+        allowed = {k: {np.dtype(DTYPES[k]).name, *(["float16"] * (k in HALF_KEYS))} for k in KEYS}
+    layout = {}
+    for k, dtypes in allowed.items():
+        dtype_name, cols = header["keys"][k]
+        if dtype_name not in dtypes or int(cols) != width[k]:
+            raise DatasetError(
+                f"{path}: {k} stored as {dtype_name} x {cols}; {domain.name} needs "
+                f"{' or '.join(sorted(dtypes))} x {width[k]}"
+            )
+        layout[k] = (np.dtype(dtype_name), len(rows) if k == "final" else sum(rows), width[k])
+    if header["mode"] == "replay":
+        meta = header["collection"]
+        domain.reward_fn(str(meta["task"]))
+        if int(meta["seed"]) < 0 or len(header["digests"]) != len(rows):
+            raise DatasetError(f"{path}: malformed collection seed or digests")
+        if len(header["returns"]) != len(rows):
+            raise DatasetError(f"{path}: {len(header['returns'])} returns for {len(rows)} episodes")
+    return layout
 
 
-Regenerated = tuple[bool, np.ndarray, float]  # bitwise?, final physics state, return
+def _read_pack(path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    if not path.is_file():
+        raise DatasetError(f"{path}: no such file")
+    try:
+        with lzma.open(path, "rb") as f:
+            header = _read_header(f, path)
+            arrays = {}
+            for k, (dtype, rows, cols) in _layout(path, header).items():
+                raw = _read_exact(f, dtype.itemsize * cols * rows, path)
+                arrays[k] = _unshuffled(raw, dtype, rows, cols)
+    except (lzma.LZMAError, EOFError) as e:
+        raise DatasetError(f"{path}: not a readable xz stream ({e})") from e
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise DatasetError(f"{path}: malformed header ({type(e).__name__}: {e})") from e
+    return header, arrays
+
+
+Job = tuple[str, int, np.ndarray, dict[str, str]]  # file name, index, actions, digests
+Regenerated = tuple[list[str], np.ndarray, float]  # keys that differ, final state, return
 
 
 def _regenerate_into(
     collection: Collection, directory: Path, jobs: Sequence[Job]
 ) -> list[Regenerated]:
-    """Regenerates and writes `jobs`' episodes; per episode, whether it came back bitwise,
-    its final physics state and its return."""
+    """Regenerates and writes `jobs`' episodes; per episode, the keys whose bits differ
+    from the packed digests, its final physics state and its return."""
     env = collection.env()
     results = []
     for name, index, actions, want in jobs:
         episode = regenerate(collection, env, index, actions)
         save_episode(directory / name, episode)
-        same = digest(episode) == want
-        results.append((same, episode["physics"][-1], float(episode["reward"].sum())))
+        got = digests(episode)
+        differ = [k for k in KEYS if got[k] != want.get(k)]
+        results.append((differ, episode["physics"][-1], float(episode["reward"].sum())))
     return results
 
 
@@ -258,107 +339,112 @@ def _regenerate_all(
     with ProcessPoolExecutor(min(workers, len(chunks)), mp_context=context) as pool:
         futures = [pool.submit(_regenerate_into, collection, directory, c) for c in chunks]
         done: list[list[Regenerated]] = []
-        for future, chunk in zip(futures, chunks, strict=True):
-            done.append(future.result())
-            bar.update(len(chunk))
+        try:
+            for future, chunk in zip(futures, chunks, strict=True):
+                done.append(future.result())
+                bar.update(len(chunk))
+        except BaseException:
+            pool.shutdown(cancel_futures=True)  # fail now, not after the queued chunks
+            raise
     bar.close()
     return [r for part in done for r in part]
+
+
+def _move_in(hidden: Path, buffer: Path) -> None:
+    """The regenerated folder becomes the buffer in one rename where it can."""
+    if buffer.is_dir() and not any(buffer.iterdir()):
+        buffer.rmdir()
+    if not buffer.exists():
+        os.replace(hidden, buffer)
+        return
+    for f in hidden.iterdir():  # a buffer with other files in it (no episodes: checked)
+        os.replace(f, buffer / f.name)
+    hidden.rmdir()
+
+
+def _unpack_replay(
+    header: dict[str, Any], arrays: dict[str, np.ndarray], buffer: Path, workers: int
+) -> PackSummary:
+    record = header["collection"]
+    collection = Collection(str(header["domain"]), str(record["task"]), int(record["seed"]))
+    names, rows = header["names"], header["rows"]
+    actions = arrays["action"]
+    if not np.isfinite(actions).all():
+        raise DatasetError(f"{buffer}: the packed actions hold NaN or inf")
+    starts = np.cumsum([0, *rows])
+    jobs = [
+        (name, parse_name(name)[0], actions[a:b], dict(want))  # type: ignore[index]
+        for name, a, b, want in zip(names, starts[:-1], starts[1:], header["digests"], strict=True)
+    ]
+    created = [p for p in (buffer.parent.parent, buffer.parent) if not p.exists()]
+    hidden = buffer.parent / ".buffer.unpacking"
+    shutil.rmtree(hidden, ignore_errors=True)  # a killed unpack's
+    hidden.mkdir(parents=True)
+    try:
+        results = _regenerate_all(collection, hidden, jobs, workers)
+        _move_in(hidden, buffer)
+    except BaseException:
+        shutil.rmtree(hidden, ignore_errors=True)
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+    record_path = buffer.parent / COLLECTION_FILE
+    if not record_path.exists():
+        atomic_write(record_path, lambda tmp: tmp.write_text(json.dumps(record, indent=2)))
+    gaps = [
+        float(np.abs(final - want).max())
+        for (differ, final, _), want in zip(results, arrays["final"], strict=True)
+        if differ
+    ]
+    packed_with = header.get("versions", {})
+    here = _versions()
+    return PackSummary(
+        buffer,
+        collection.domain,
+        buffer.parent.name,
+        len(rows),
+        sum(rows) - len(rows),
+        0,
+        reproduced=len(results) - len(gaps),
+        deviation=max(gaps, default=0.0),
+        returns=(float(np.mean(header["returns"])), float(np.mean([r[2] for r in results]))),
+        differing=tuple(k for k in KEYS if any(k in r[0] for r in results)),
+        version_changes=tuple(
+            f"{lib} {packed_with[lib]} -> {here[lib]}"
+            for lib in sorted(packed_with)
+            if lib in here and packed_with[lib] != here[lib]
+        ),
+    )
 
 
 def unpack_episodes(path: str | Path, root: str | Path, workers: int = 0) -> PackSummary:
     """Writes a packed file's episodes to `root/<domain>/<algo>/buffer`, under their
     original names; the buffer must not hold episodes already. Every episode is read and
     validated before the first is written; a replay file's episodes are regenerated on
-    `workers` processes (0: in this one) into a hidden folder and moved in at the end."""
+    `workers` processes (0: in this one) into a hidden folder that then becomes the
+    buffer, with the collection's record beside it."""
     path = Path(path)
     if workers < 0:
         raise ConfigError(f"workers: {workers} is out of range (valid: >= 0)")
-    if not path.is_file():
-        raise DatasetError(f"{path}: no such file")
-    try:
-        with lzma.open(path, "rb") as f:
-            header = _read_header(f, path)
-            replay = header["mode"] == "replay"
-            names: list[str] = list(header["names"])
-            rows: list[int] = [int(n) for n in header["rows"]]
-            domain = get_domain(str(header["domain"]))
-            arrays = {}
-            for k in ("action", "final") if replay else KEYS:
-                dtype_name, cols = header["keys"][k]
-                dtype = np.dtype(dtype_name)
-                if dtype.kind != "f":
-                    raise DatasetError(f"{path}: {k} stored as {dtype}, not a float type")
-                n_rows = len(rows) if k == "final" else sum(rows)
-                raw = _read_exact(f, dtype.itemsize * int(cols) * n_rows, path)
-                arrays[k] = _unshuffled(raw, dtype, n_rows, int(cols))
-            if replay:
-                meta = header["collection"]
-                collection = Collection(domain.name, str(meta["task"]), int(meta["seed"]))
-                digests = [str(d) for d in header["digests"]]
-                header_returns = [float(r) for r in header["returns"]]
-    except (lzma.LZMAError, EOFError) as e:
-        raise DatasetError(f"{path}: not a readable xz stream ({e})") from e
-    except (KeyError, TypeError, ValueError) as e:
-        raise DatasetError(f"{path}: malformed header ({type(e).__name__}: {e})") from e
-    if len(names) != len(rows) or (replay and {len(digests), len(header_returns)} != {len(rows)}):
-        raise DatasetError(f"{path}: {len(names)} episode names for {len(rows)} row counts")
+    header, arrays = _read_pack(path)
+    domain = get_domain(str(header["domain"]))
     buffer = Path(root) / domain.name / str(header["algo"]) / "buffer"
     if buffer.is_dir() and episode_files(buffer):
         raise DatasetError(f"{buffer}: already holds episodes; unpack into an empty root")
-    parsed = []
-    for name in names:
-        index = parse_name(name) if Path(name).name == name else None
-        if index is None:
-            raise DatasetError(f"{path}: episode name {name!r} is not an ExORL file name")
-        parsed.append(index[0])
+    if header["mode"] == "replay":
+        return replace(_unpack_replay(header, arrays, buffer, workers), bytes=path.stat().st_size)
+    names, rows = header["names"], header["rows"]
     starts = np.cumsum([0, *rows])
-    if replay:
-        actions = arrays["action"]
-        if not np.isfinite(actions).all():
-            raise DatasetError(f"{path}: non-finite actions (NaN or inf)")
-        jobs = [
-            (name, index, actions[a:b], want)
-            for name, index, a, b, want in zip(
-                names, parsed, starts[:-1], starts[1:], digests, strict=True
-            )
-        ]
-        hidden = buffer.parent / ".buffer.unpacking"
-        shutil.rmtree(hidden, ignore_errors=True)  # a killed unpack's
-        hidden.mkdir(parents=True)
-        try:
-            results = _regenerate_all(collection, hidden, jobs, workers)
-            buffer.mkdir(exist_ok=True)
-            for name in names:
-                os.replace(hidden / name, buffer / name)
-        finally:
-            shutil.rmtree(hidden, ignore_errors=True)
-        gaps = [
-            float(np.abs(final - want).max())
-            for (same, final, _), want in zip(results, arrays["final"], strict=True)
-            if not same
-        ]
-        reproduced, deviation = len(results) - len(gaps), max(gaps, default=0.0)
-        returns = (float(np.mean(header_returns)), float(np.mean([r[2] for r in results])))
-    else:
-        episodes = []
-        for name, a, b in zip(names, starts[:-1], starts[1:], strict=True):
-            episode = {k: v[a:b] for k, v in arrays.items()}
-            validate_episode(episode, domain, str(buffer / name))
-            episodes.append((name, episode))
-        buffer.mkdir(parents=True, exist_ok=True)
-        for name, episode in episodes:
-            save_episode(buffer / name, episode)
-        reproduced, deviation, returns = None, None, None
+    episodes = []
+    for name, a, b in zip(names, starts[:-1], starts[1:], strict=True):
+        episode = {k: v[a:b] for k, v in arrays.items()}
+        validate_episode(episode, domain, str(buffer / name))
+        episodes.append((name, episode))
+    buffer.mkdir(parents=True, exist_ok=True)
+    for name, episode in episodes:
+        save_episode(buffer / name, episode)
     steps = sum(rows) - len(rows)
-    size = path.stat().st_size
     return PackSummary(
-        buffer,
-        domain.name,
-        buffer.parent.name,
-        len(rows),
-        steps,
-        size,
-        reproduced,
-        deviation,
-        returns,
+        buffer, domain.name, buffer.parent.name, len(rows), steps, path.stat().st_size
     )

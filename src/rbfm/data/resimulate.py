@@ -7,7 +7,7 @@ episode's bytes and nothing the simulator can recompute, regenerate the observat
 rewards and physics states bitwise on the same MuJoCo build and processor. On another
 processor the floating point may differ in the last bits and chaos amplifies that over
 1,000 steps: the regenerated episode is then still the dynamics' own response to the same
-actions from the same initial state, just not the stored one, which `digest` detects.
+actions from the same initial state, just not the stored one, which `digests` detects.
 """
 
 from __future__ import annotations
@@ -70,12 +70,14 @@ class _Scripted:
         return np.asarray(self.actions[self.t])
 
 
-def digest(episode: Mapping[str, np.ndarray]) -> str:
-    """SHA-256 of an episode's arrays in their stored dtypes: equal digests, equal bits."""
-    h = hashlib.sha256()
-    for k in KEYS:
-        h.update(np.ascontiguousarray(episode[k], DTYPES[k]).tobytes())
-    return h.hexdigest()
+def digests(episode: Mapping[str, np.ndarray]) -> dict[str, str]:
+    """SHA-256 of each of an episode's arrays in its stored dtype: equal digests, equal
+    bits. Per key, to tell a physics divergence from, say, another numpy's rounding of
+    one observation feature."""
+    return {
+        k: hashlib.sha256(np.ascontiguousarray(episode[k], DTYPES[k]).tobytes()).hexdigest()
+        for k in KEYS
+    }
 
 
 def initial_physics(collection: Collection, env: RbfmEnv, index: int) -> np.ndarray:
