@@ -168,7 +168,8 @@ def test_first_hour_mistakes_are_clean_errors(
     assert "--episodes: 0 is out of range (valid: >= 1)" in capsys.readouterr().err
     assert main(["zero-shot", "--checkpoint", "cheeta"]) == 2
     assert (
-        "shipped model: cheetah, cheetah:cpu, cheetah:rnd-v1, quadruped, quadruped:rnd-v1, walker"
+        "shipped model: cheetah, cheetah:cpu, cheetah:rnd-v1, quadruped, quadruped:rnd-v1, "
+        "quadruped:rnd-v2, walker"
         in (capsys.readouterr().err)
     )
     meta = read_meta("walker")
