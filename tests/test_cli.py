@@ -169,8 +169,7 @@ def test_first_hour_mistakes_are_clean_errors(
     assert main(["zero-shot", "--checkpoint", "cheeta"]) == 2
     assert (
         "shipped model: cheetah, cheetah:cpu, cheetah:rnd-v1, quadruped, quadruped:rnd-v1, "
-        "quadruped:rnd-v2, walker"
-        in (capsys.readouterr().err)
+        "quadruped:rnd-v2, walker" in (capsys.readouterr().err)
     )
     meta = read_meta("walker")
     z = save_z(
