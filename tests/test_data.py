@@ -293,7 +293,7 @@ def test_a_replay_that_diverges_is_reported_with_its_gap(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import rbfm.data.pack as pack
-    from rbfm.data.resimulate import Collection
+    from rbfm.data.resimulate import Collection, collection_record
 
     buffer = _collected(tmp_path / "src")
     pack.pack_episodes(buffer, tmp_path / "r.xz", replay=True)
@@ -311,7 +311,7 @@ def test_a_replay_that_diverges_is_reported_with_its_gap(
 
     monkeypatch.setattr(pack, "regenerate", nudged)
     out = pack.unpack_episodes(tmp_path / "r.xz", tmp_path / "dst")
-    collection = Collection.of_buffer(buffer)
+    collection = Collection.of_record(collection_record(buffer), buffer)
     ep1 = next(buffer.glob("*_1_1000.npz"))
     with np.load(ep1) as original:
         alone = real(collection, collection.env(), 1, flipped(original["action"]))

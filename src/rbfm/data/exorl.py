@@ -96,6 +96,17 @@ def read_episode(path: Path, domain: DomainSpec) -> Episode:
     return {k: episode[k].reshape(len(episode[k]), -1).astype(DTYPES[k], copy=False) for k in KEYS}
 
 
+def key_widths(domain: DomainSpec) -> dict[str, int]:
+    """Each key's numbers per row in the domain's episodes."""
+    return {
+        "observation": domain.obs_dim,
+        "action": domain.action_dim,
+        "reward": 1,
+        "discount": 1,
+        "physics": domain.physics_dim,
+    }
+
+
 def validate_episode(episode: Mapping[str, np.ndarray], domain: DomainSpec, where: str) -> None:
     """Checks row counts, widths against the domain, and finiteness."""
     rows = {k: len(episode[k]) for k in KEYS}
@@ -104,14 +115,7 @@ def validate_episode(episode: Mapping[str, np.ndarray], domain: DomainSpec, wher
     n = rows["observation"]
     if n < 2:
         raise DatasetError(f"{where}: {n} rows; an episode needs the reset row and at least 1 step")
-    widths = {
-        "observation": domain.obs_dim,
-        "action": domain.action_dim,
-        "reward": 1,
-        "discount": 1,
-        "physics": domain.physics_dim,
-    }
-    for key, width in widths.items():
+    for key, width in key_widths(domain).items():
         actual = int(np.prod(episode[key].shape[1:], dtype=np.int64))
         if actual != width:
             raise DatasetError(

@@ -17,6 +17,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import mujoco
 import numpy as np
@@ -38,22 +39,32 @@ class Collection:
     seed: int
 
     @classmethod
-    def of_buffer(cls, buffer: Path) -> Collection:
-        """Read from the `collect.json` that `rbfm collect` writes beside the buffer."""
-        path = buffer.parent / COLLECTION_FILE
-        if not path.is_file():
-            raise DatasetError(
-                f"{path}: missing; regenerating episodes needs the collection's domain, task "
-                "and seed, which `rbfm collect` records there"
-            )
+    def of_record(cls, record: Mapping[str, Any], where: Path) -> Collection:
+        """From a `collect.json` record (`where` names it in errors)."""
         try:
-            meta = json.loads(path.read_text())
-            return cls(str(meta["domain"]), str(meta["task"]), int(meta["seed"]))
-        except (ValueError, KeyError, TypeError) as e:
-            raise DatasetError(f"{path}: not a collection record ({e})") from e
+            return cls(str(record["domain"]), str(record["task"]), int(record["seed"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise DatasetError(f"{where}: not a collection record ({e})") from e
 
     def env(self) -> RbfmEnv:
         return make_env(self.domain, self.task, seed=self.seed)
+
+
+def collection_record(buffer: Path) -> dict[str, Any]:
+    """The `collect.json` that `rbfm collect` writes beside the buffer."""
+    path = buffer.parent / COLLECTION_FILE
+    if not path.is_file():
+        raise DatasetError(
+            f"{path}: missing; regenerating episodes needs the collection's domain, task "
+            "and seed, which `rbfm collect` records there"
+        )
+    try:
+        record = json.loads(path.read_text())
+    except ValueError as e:
+        raise DatasetError(f"{path}: not a collection record ({e})") from e
+    if not isinstance(record, dict):
+        raise DatasetError(f"{path}: not a collection record (not an object)")
+    return record
 
 
 class _Scripted:
