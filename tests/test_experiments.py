@@ -20,6 +20,8 @@ from rbfm.data.demos import load_demos
 from rbfm.errors import ConfigError
 from rbfm.experiments import LocalExecutor, from_dict, plan, read_table, run_experiment
 from rbfm.experiments.certificate import heavy_certificates, tv_certificates
+from rbfm.experiments.plan import Plan
+from rbfm.experiments.spec import PRESETS
 from rbfm.fb import fb_config
 from rbfm.fb.checkpoint import read_meta, save_checkpoint
 from rbfm.fb.model import FBModel
@@ -469,3 +471,36 @@ def test_evaluation_outputs_follow_the_job_order_whatever_the_policy_kinds(
     for a, b in zip(together, alone, strict=True):
         np.testing.assert_array_equal(a.returns, b.returns)
     assert together[0].returns[0] != together[1].returns[0]
+
+
+def _ids(p: Plan) -> set[str]:
+    return {c.id for c in [*p.demos, *p.infers, *p.evals, *p.ceilings]}
+
+
+def test_the_grid_stages_are_slices_of_the_grid() -> None:
+    """docs/results/run.sh runs q1 and q2 before `grid` into one directory: every cell they
+    compute must be one of the grid's, so the grid reuses them (and rerunning finds all done)."""
+    grid = _ids(plan(PRESETS["grid"]))
+    for stage in ("q1", "q2"):
+        assert _ids(plan(PRESETS[stage])) <= grid, stage
+    # datasize and sources share their walker:rnd-1m flip cells under joint friction.
+    shared = _ids(plan(PRESETS["datasize"])) & _ids(plan(PRESETS["sources"]))
+    assert len(shared) == 2 * (1 + 15 + 6 * 15 + 6)  # per expert: demos, infers, evals, ceilings
+
+
+def test_the_grid_covers_every_shipped_default_model_and_question() -> None:
+    spec = PRESETS["grid"]
+    assert {(m.domain, m.dataset) for m in spec.models} == {
+        ("walker", "rnd"),
+        ("walker", "aps"),
+        ("walker", "proto"),
+        ("quadruped", "rnd"),
+        ("cheetah", "rnd"),
+    }
+    assert all(m.checkpoint == "shipped" and not m.tasks and not m.families for m in spec.models)
+    labels = {(m.name, m.settings) for m in spec.methods}
+    assert {("fbil", "default"), ("rbfm-light", "paper"), ("rbfm-heavy", "paper")} <= labels
+    assert {"drbc", "bedroil"} <= {m.name for m in spec.methods}
+    for name in ("q1", "q2", "eps", "datasize", "sources", "grid"):
+        s = PRESETS[name]
+        assert (s.episodes, s.experts, s.seeds) == (20, ("own", "noisy"), (0, 1, 2, 3, 4)), name

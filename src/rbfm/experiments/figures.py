@@ -50,6 +50,7 @@ from rbfm.experiments.stats import (
     unique,
 )
 from rbfm.experiments.table import CeilingRow, ResultRow, read_ceilings, read_table
+from rbfm.experiments.verdicts import PAPER_ORDER, readings_table
 from rbfm.methods import BASELINE_METHODS, NAMES, REGISTRY, display_label
 from rbfm.plots import caption_width
 
@@ -577,6 +578,14 @@ def _draw_rows(
         + "\n## Interquartile mean across tasks\n\n"
         + iqm_markdown(iqm)
         + ("\n## The experts themselves\n\n" + ceilings_table(ceilings) if ceilings else "")
+        + (
+            "\n## The paper's ordering (RBFM-Heavy > RBFM-Light > FB-IL)\n\n"
+            "IQM [95% stratified-bootstrap CI] per scope, over every family and level and at "
+            "each family's strongest perturbation; `>`/`<` only where CIs are disjoint.\n\n"
+            + readings_table(rows, iqm_reps)
+            if any(r.label in PAPER_ORDER for r in rows)
+            else ""
+        )
     )
     written.append(tables)
     return written

@@ -115,6 +115,21 @@ def _methods(
 # session) has Table 4's sizes, and `smoke` took 214 s on it against 14-19 s.
 CPU_CHEETAH = "cheetah:rnd-v1"
 
+# Issue 21's grid at CPU scale. bf16: the inference's actor passes in bfloat16 (a copy;
+# evaluation stays float32). On this project's 2-core AMD EPYC (avx512_bf16, no AMX) one
+# forward+backward pass over 4,000 demonstrated states costs 0.35 s instead of 1.30 s
+# for the paper-size quadruped actor and 0.023 s instead of 0.066 s for a `cpu`-size
+# walker's, and whole inferences on quadruped jump took 24-38 s instead of 146-163 s,
+# all converged: without it the paper-size models' 240 inferences alone would take ~10
+# hours of one core. Certificates off: their critic fits cost more than the inference
+# (docs/inference.md measures each method's own objective exactly instead).
+CPU_GRID: dict[str, Any] = {
+    "episodes": 20,
+    "experts": ("own", "noisy"),
+    "bf16": True,
+    "certificate_steps": 0,
+}
+
 PRESETS: dict[str, ExperimentSpec] = {
     # Seconds on a laptop: the pipeline end to end on a shipped cheetah model.
     "smoke": ExperimentSpec(
@@ -191,8 +206,30 @@ PRESETS: dict[str, ExperimentSpec] = {
         experts=("own", "noisy"),
         certificate_steps=0,
     ),
-    # Issue 21's grids below run each question on the paper's protocol ("own") and on
-    # demonstrations the model cannot reproduce ("noisy"); figures and IQMs per source.
+    # Issue 21's grid, in the stages `docs/results/run.sh` runs in order into one run
+    # directory (cells are content-addressed, so a stage reuses every cell an earlier one
+    # computed). At CPU scale: 20 evaluation episodes per level (the paper: 100), 5 seeds,
+    # the model's own expert and the noisy one (figures and IQMs per source), FB methods
+    # with a bfloat16 actor copy for inference (CPU_GRID below), no certificates.
+    # Q1 on each domain's default model, one task each (the paper's Figures 5-6 and the
+    # quickstart's), every family at all 6 levels.
+    "q1": ExperimentSpec(
+        name="q1",
+        models=(
+            ModelEntry("walker", tasks=("flip",)),
+            ModelEntry("quadruped", tasks=("jump",)),
+            ModelEntry("cheetah", tasks=("run",)),
+        ),
+        methods=_methods(*FB_METHODS),
+        **CPU_GRID,
+    ),
+    # Q5: RBFM-Heavy's eps on quadruped jump under contact stiffness (Figure 6).
+    "eps": ExperimentSpec(
+        name="eps",
+        models=(ModelEntry("quadruped", tasks=("jump",), families=("contact_stiffness",)),),
+        methods=(MethodEntry("rbfm-heavy", eps=(0.2, 0.4, 0.6, 0.8, 1.0)),),
+        **CPU_GRID,
+    ),
     # Q4, data size: walker flip under joint friction, FB models pretrained on 100k, 500k
     # and 1M RND transitions (Figure 5 of the paper); models shipped as walker_rnd-100k...
     "datasize": ExperimentSpec(
@@ -205,28 +242,55 @@ PRESETS: dict[str, ExperimentSpec] = {
             for label in ("rnd-100k", "rnd-500k", "rnd-1m")
         ),
         methods=_methods(*FB_METHODS),
-        experts=("own", "noisy"),
+        **CPU_GRID,
     ),
-    # Q4, data source: walker on RND, APS and ProtoRL data (Figures 7-8), every task/family.
-    # RND is `rnd-1m`, not the default walker: its explorer has APS's and ProtoRL's (`cpu`)
-    # sizes and its recipe is ProtoRL's (40k cosine), where the default walker's data come
-    # from a wider explorer and a longer run, which would confound source with both.
+    # Q2: DRBC and BE-DROIL against the FB methods on walker body mass with RND data
+    # (Figure 5), the baselines at their `cpu` presets: the `paper` presets' 2M and 1M
+    # updates cost hours per policy on this machine (benchmarks/inference.py).
+    "q2": ExperimentSpec(
+        name="q2",
+        models=(ModelEntry("walker", tasks=("flip",), families=("body_mass",)),),
+        methods=_methods(*NAMES),
+        **CPU_GRID,
+    ),
+    # Q4, data source: walker on RND, APS and ProtoRL data (Figures 7-8), flip under every
+    # family. RND is `rnd-1m`, not the default walker: its explorer has APS's and ProtoRL's
+    # (`cpu`) sizes and its recipe is ProtoRL's (40k cosine), where the default walker's
+    # data come from a wider explorer and a longer run, which would confound source with both.
     "sources": ExperimentSpec(
         name="sources",
-        models=tuple(ModelEntry("walker", label) for label in ("rnd-1m", "aps", "proto")),
+        models=tuple(
+            ModelEntry("walker", label, tasks=("flip",)) for label in ("rnd-1m", "aps", "proto")
+        ),
         methods=_methods(*FB_METHODS),
-        experts=("own", "noisy"),
+        **CPU_GRID,
     ),
-    # Q5: RBFM-Heavy's eps on quadruped jump under contact stiffness (Figure 6).
-    "eps": ExperimentSpec(
-        name="eps",
-        models=(ModelEntry("quadruped", tasks=("jump",), families=("contact_stiffness",)),),
-        methods=(MethodEntry("rbfm-heavy", eps=(0.2, 0.4, 0.6, 0.8, 1.0)),),
-        experts=("own", "noisy"),
+    # The whole grid at CPU scale (Section 4): every shipped model (walker on RND, APS and
+    # ProtoRL, quadruped and cheetah on RND), every task and family; the paper-settings
+    # variants of RBFM-Light and RBFM-Heavy on the RND models; the baselines at their `cpu`
+    # presets on walker body mass with RND data. ~10 h on 2 cores (docs/results.md).
+    "grid": ExperimentSpec(
+        name="grid",
+        models=(
+            ModelEntry("walker", "rnd"),
+            ModelEntry("walker", "aps"),
+            ModelEntry("walker", "proto"),
+            ModelEntry("quadruped", "rnd"),
+            ModelEntry("cheetah", "rnd"),
+        ),
+        methods=(
+            *_methods(*FB_METHODS),
+            *(
+                MethodEntry(m, settings="paper", datasets=("rnd",))
+                for m in ("rbfm-light", "rbfm-heavy")
+            ),
+            MethodEntry("drbc", families=("body_mass",), datasets=("rnd",)),
+            MethodEntry("bedroil", families=("body_mass",), datasets=("rnd",)),
+        ),
+        **CPU_GRID,
     ),
-    # The paper's grid (Section 4): walker on RND, APS and ProtoRL, quadruped and cheetah
-    # on RND, every task and family, 5 seeds x 100 episodes; baselines at their paper
-    # presets on walker body mass with RND data (Figure 5).
+    # The paper's grid (Section 4) at its scale: as `grid`, 100 episodes per level, the
+    # baselines at their paper presets, FB inference in float32.
     "paper": ExperimentSpec(
         name="paper",
         models=(

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Issue 21's grid, stage by stage, into one run directory (docs/results.md).
+#
+#   bash docs/results/run.sh                 # every stage, in this order
+#   bash docs/results/run.sh q1 eps          # some of them
+#
+# Each stage is a preset of `rbfm experiment` (rbfm.experiments.spec). Cells are
+# content-addressed, so a stage reuses every cell an earlier one computed, and a run
+# killed at any moment continues where it stopped when this script is run again; a
+# stage whose cells are all done only redraws its figures. After each stage its figures,
+# tables and rows are copied to docs/results/STAGE/.
+set -euo pipefail
+out=${RBFM_GRID_OUT:-runs/experiments/grid}
+workers=${RBFM_GRID_WORKERS:-2}
+stages=("$@")
+if [ ${#stages[@]} -eq 0 ]; then
+    stages=(q1 eps datasize q2 sources grid)
+fi
+for stage in "${stages[@]}"; do
+    rbfm experiment "$stage" --out "$out" --workers "$workers" --figures
+    dest="docs/results/$stage"
+    rm -rf "$dest"
+    mkdir -p "$dest"
+    cp -r "$out/figures/." "$dest/"
+    cp "$out/results.csv" "$dest/"
+    if [ -f "$out/experts.csv" ]; then cp "$out/experts.csv" "$dest/"; fi
+done

@@ -1,0 +1,138 @@
+"""Does the paper's ordering hold? RBFM-Heavy > RBFM-Light > FB-IL as perturbations grow,
+read from an experiment's results table with rliable's IQM and stratified-bootstrap CIs.
+
+A pair of methods is ordered only where their 95% CIs are disjoint; otherwise the data
+cannot tell them apart. Each scope (one expert source, domain and dataset) is read twice:
+over every family and level, and at each family's strongest perturbation only (the level
+farthest from nominal present in the table), where the paper says the robust methods
+gain most.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rbfm.envs.perturbations import get_perturbation
+from rbfm.errors import ConfigError
+from rbfm.experiments.report import markdown
+from rbfm.experiments.stats import IQM_REPS, IqmEstimate, iqm_estimates, nonempty, unique
+from rbfm.experiments.table import ResultRow
+from rbfm.methods import display_label
+
+# The paper's claim, strongest first: each method should beat the next.
+PAPER_ORDER = ("rbfm-heavy", "rbfm-light", "fbil")
+PAIRS = (("rbfm-heavy", "fbil"), ("rbfm-light", "fbil"), ("rbfm-heavy", "rbfm-light"))
+
+
+def strongest(rows: Sequence[ResultRow]) -> list[ResultRow]:
+    """The rows at each (domain, dataset, task, family)'s level farthest from nominal among
+    those present; nominal-only rows are dropped."""
+    far: dict[tuple[str, str, str, str], tuple[float, float]] = {}
+    for r in rows:
+        if r.level is None:
+            continue
+        nominal = get_perturbation(r.domain, r.family).nominal
+        key = (r.domain, r.dataset, r.task, r.family)
+        gap = abs(r.level - nominal)
+        if key not in far or gap > far[key][0]:
+            far[key] = (gap, r.level)
+    return [
+        r
+        for r in rows
+        if r.level is not None and far[(r.domain, r.dataset, r.task, r.family)][1] == r.level
+    ]
+
+
+def compare(a: IqmEstimate, b: IqmEstimate) -> str:
+    """ ">" or "<" where the two 95% CIs are disjoint, "~" where they overlap."""
+    if a.low > b.high:
+        return ">"
+    if a.high < b.low:
+        return "<"
+    return "~"
+
+
+def verdict(signs: dict[tuple[str, str], str]) -> str:
+    """One sentence on the paper's ordering from the three pairwise comparisons."""
+    held = [p for p in PAIRS if signs.get(p) == ">"]
+    reversed_ = [p for p in PAIRS if signs.get(p) == "<"]
+    if len(held) == len(PAIRS):
+        return "the paper's ordering holds (every pair disjoint)"
+    if reversed_ and not held:
+        return "reversed: " + ", ".join(_pair_text(p, "<") for p in reversed_)
+    if reversed_:
+        return "mixed: " + ", ".join(
+            [_pair_text(p, ">") for p in held] + [_pair_text(p, "<") for p in reversed_]
+        )
+    if held:
+        return "partly: " + ", ".join(_pair_text(p, ">") for p in held) + "; the rest overlap"
+    return "cannot tell: every CI overlaps"
+
+
+def _pair_text(pair: tuple[str, str], sign: str) -> str:
+    return f"{display_label(pair[0])} {sign} {display_label(pair[1])}"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The three methods' IQMs in one scope and what they say about the paper's ordering."""
+
+    expert: str
+    domain: str
+    dataset: str
+    levels: str  # "all" or "strongest"
+    tasks: int  # (task, family, level) combinations pooled
+    estimates: dict[str, IqmEstimate]
+    signs: dict[tuple[str, str], str]
+
+    @property
+    def verdict(self) -> str:
+        if len(self.estimates) < len(PAPER_ORDER):
+            missing = [display_label(m) for m in PAPER_ORDER if m not in self.estimates]
+            return "not comparable: no complete results for " + ", ".join(missing)
+        return verdict(self.signs)
+
+
+def readings(rows: Sequence[ResultRow], reps: int = IQM_REPS) -> list[Reading]:
+    """Per (expert, domain, dataset), over all levels and at the strongest ones."""
+    nonempty(rows)
+    out = []
+    for key in unique((r.expert, r.domain, r.dataset) for r in rows):
+        mine = [r for r in rows if (r.expert, r.domain, r.dataset) == key]
+        mine = [r for r in mine if r.label in PAPER_ORDER]
+        for levels, chosen in (("all", mine), ("strongest", strongest(mine))):
+            if not chosen:
+                continue
+            result = iqm_estimates(chosen, reps=reps)
+            est = {e.label: e for e in result.estimates}
+            signs = {(a, b): compare(est[a], est[b]) for a, b in PAIRS if a in est and b in est}
+            out.append(Reading(*key, levels, result.tasks, est, signs))
+    return out
+
+
+def readings_table(rows: Sequence[ResultRow], reps: int = IQM_REPS) -> str:
+    """Markdown: one line per reading, each method's IQM [95% CI] and the verdict."""
+    found = readings(rows, reps)
+    if not found:
+        raise ConfigError("no FB-IL, RBFM-Light or RBFM-Heavy results to compare")
+
+    def cell(r: Reading, m: str) -> str:
+        e = r.estimates.get(m)
+        return "-" if e is None else f"{e.iqm:.1f} [{e.low:.1f}, {e.high:.1f}]"
+
+    body = [
+        [
+            r.expert,
+            r.domain,
+            r.dataset,
+            r.levels,
+            str(r.tasks),
+            *(cell(r, m) for m in reversed(PAPER_ORDER)),
+            r.verdict,
+        ]
+        for r in found
+    ]
+    header = ["expert", "domain", "dataset", "levels", "combinations"]
+    header += [display_label(m) for m in reversed(PAPER_ORDER)] + ["paper's ordering"]
+    return markdown(header, body)

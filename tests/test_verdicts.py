@@ -1,0 +1,113 @@
+"""The paper's-ordering readings: strongest levels, CI comparisons and verdicts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rbfm.envs.perturbations import get_perturbation
+from rbfm.experiments.stats import IqmEstimate
+from rbfm.experiments.table import ResultRow
+from rbfm.experiments.verdicts import compare, readings, readings_table, strongest, verdict
+
+
+def _row(
+    method: str, seed: int, family: str, level: float, mean: float, domain: str = "walker"
+) -> ResultRow:
+    return ResultRow(
+        domain=domain,
+        dataset="rnd",
+        task="flip",
+        method=method,
+        variant="",
+        eps=None,
+        seed=seed,
+        family=family,
+        level=level,
+        episodes=20,
+        mean=mean,
+        std=1.0,
+        unstable=0,
+        inference_seconds=1.0,
+        policy="p.json",
+        cell=f"{method}-{seed}-{family}-{level}",
+    )
+
+
+FAMILIES = ("gravity", "body_mass", "joint_friction")
+
+
+def _rows(gains: dict[str, float], spread: float) -> list[ResultRow]:
+    """Every walker family at its 6 levels, 5 seeds; the return falls with the perturbation
+    and each method adds its gain times the perturbation's fraction of the range."""
+    rng = np.random.default_rng(0)
+    out = []
+    for family in FAMILIES:
+        p = get_perturbation("walker", family)
+        for i, level in enumerate(p.levels):
+            for method, gain in gains.items():
+                for seed in range(5):
+                    mean = 500.0 - 40.0 * i + gain * i / 5 + float(rng.normal(0, spread))
+                    out.append(_row(method, seed, family, level, mean))
+    return out
+
+
+def test_strongest_keeps_the_level_farthest_from_nominal_whichever_way_it_runs() -> None:
+    rows = _rows({"fbil": 0.0}, 1.0)
+    kept = strongest(rows)
+    for family in FAMILIES:
+        p = get_perturbation("walker", family)
+        assert {r.level for r in kept if r.family == family} == {p.extreme}
+    assert len(kept) == 3 * 5
+    # A family whose perturbation grows as its level falls (cheetah's range of motion,
+    # 100% retained at nominal) keeps its lowest level.
+    p = get_perturbation("cheetah", "range_of_motion")
+    assert p.extreme < p.nominal
+    levels = [_row("fbil", 0, "range_of_motion", x, 1.0, "cheetah") for x in p.levels[:4]]
+    assert [r.level for r in strongest(levels)] == [p.levels[3]]
+
+
+def _est(low: float, high: float) -> IqmEstimate:
+    return IqmEstimate("x", (low + high) / 2, low, high, 5, 1)
+
+
+def test_only_disjoint_intervals_order_a_pair() -> None:
+    assert compare(_est(10, 12), _est(5, 9)) == ">"
+    assert compare(_est(5, 9), _est(10, 12)) == "<"
+    assert compare(_est(5, 10), _est(9, 12)) == "~"
+
+
+def test_verdicts_name_what_holds_and_what_is_reversed() -> None:
+    pairs = (("rbfm-heavy", "fbil"), ("rbfm-light", "fbil"), ("rbfm-heavy", "rbfm-light"))
+    assert verdict(dict.fromkeys(pairs, ">")).startswith("the paper's ordering holds")
+    assert verdict(dict.fromkeys(pairs, "~")).startswith("cannot tell")
+    assert verdict(dict.fromkeys(pairs, "<")).startswith("reversed")
+    mixed = verdict({pairs[0]: ">", pairs[1]: "<", pairs[2]: "~"})
+    assert mixed == "mixed: RBFM-Heavy > FB-IL, RBFM-Light < FB-IL"
+    partly = verdict({pairs[0]: ">", pairs[1]: "~", pairs[2]: "~"})
+    assert partly.startswith("partly: RBFM-Heavy > FB-IL")
+
+
+def test_a_clear_gain_at_the_strongest_level_is_read_as_the_paper_says() -> None:
+    rows = _rows({"fbil": 0.0, "rbfm-light": 60.0, "rbfm-heavy": 120.0}, 2.0)
+    found = {r.levels: r for r in readings(rows, reps=200)}
+    assert found["strongest"].verdict.startswith("the paper's ordering holds")
+    assert found["strongest"].tasks == 3
+    assert found["all"].tasks == 18
+    # With the three methods equal up to noise, nothing is ordered.
+    same = _rows({"fbil": 0.0, "rbfm-light": 0.0, "rbfm-heavy": 0.0}, 20.0)
+    assert all(r.verdict.startswith("cannot tell") for r in readings(same, reps=200))
+
+
+def test_a_missing_method_is_named_not_compared() -> None:
+    rows = _rows({"fbil": 0.0, "rbfm-heavy": 50.0}, 2.0)
+    missing = "not comparable: no complete results for RBFM-Light"
+    assert readings(rows, reps=100)[0].verdict == missing
+    table = readings_table(rows, reps=100)
+    assert "| walker | rnd | strongest | 3 |" in table
+
+
+def test_no_fb_methods_is_an_error() -> None:
+    rows = [_row("drbc", 0, "body_mass", 1.0, 1.0)]
+    with pytest.raises(Exception, match="no FB-IL"):
+        readings_table(rows)
