@@ -8,7 +8,14 @@ import pytest
 from rbfm.envs.perturbations import get_perturbation
 from rbfm.experiments.stats import IqmEstimate
 from rbfm.experiments.table import ResultRow
-from rbfm.experiments.verdicts import compare, readings, readings_table, strongest, verdict
+from rbfm.experiments.verdicts import (
+    compare,
+    gap_table,
+    readings,
+    readings_table,
+    strongest,
+    verdict,
+)
 
 
 def _row(
@@ -111,3 +118,17 @@ def test_no_fb_methods_is_an_error() -> None:
     rows = [_row("drbc", 0, "body_mass", 1.0, 1.0)]
     with pytest.raises(Exception, match="no FB-IL"):
         readings_table(rows)
+
+
+def test_the_gap_table_pairs_seeds_and_grows_with_the_level() -> None:
+    rows = _rows({"fbil": 0.0, "rbfm-light": 50.0, "rbfm-heavy": 100.0}, 0.0)
+    table = gap_table(rows).splitlines()
+    assert table[0] == (
+        "| expert | difference | nominal | step 1 | step 2 | step 3 | step 4 | step 5 |"
+    )
+    # Gains are gain * k / 5 at the k-th level away from nominal, identical across seeds.
+    assert table[2] == (
+        "| own | RBFM-Heavy - FB-IL | +0.0 +- 0.0 | +20.0 +- 0.0* | +40.0 +- 0.0* "
+        "| +60.0 +- 0.0* | +80.0 +- 0.0* | +100.0 +- 0.0* |"
+    )
+    assert table[3].startswith("| own | RBFM-Light - FB-IL | +0.0 +- 0.0 | +10.0 +- 0.0* |")

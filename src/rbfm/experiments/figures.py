@@ -50,7 +50,7 @@ from rbfm.experiments.stats import (
     unique,
 )
 from rbfm.experiments.table import CeilingRow, ResultRow, read_ceilings, read_table
-from rbfm.experiments.verdicts import PAPER_ORDER, readings_table
+from rbfm.experiments.verdicts import gap_table, readings_table
 from rbfm.methods import BASELINE_METHODS, NAMES, REGISTRY, display_label
 from rbfm.plots import caption_width
 
@@ -583,12 +583,21 @@ def _draw_rows(
             "IQM [95% stratified-bootstrap CI] per scope, over every family and level and at "
             "each family's strongest perturbation; `>`/`<` only where CIs are disjoint.\n\n"
             + readings_table(rows, iqm_reps)
-            if any(r.label in PAPER_ORDER for r in rows)
+            + "\nEach robust method's return minus FB-IL's, k levels away from nominal, "
+            "averaged over every (domain, dataset, task, family); mean +- 95% CI across "
+            "seeds, paired by seed; `*`: the CI excludes 0.\n\n" + gap_table(rows)
+            if _robust_against_fbil(rows)
             else ""
         )
     )
     written.append(tables)
     return written
+
+
+def _robust_against_fbil(rows: Sequence[ResultRow]) -> bool:
+    """Whether the rows hold FB-IL and RBFM-Light or RBFM-Heavy at their defaults."""
+    labels = {r.label for r in rows}
+    return "fbil" in labels and bool({"rbfm-light", "rbfm-heavy"} & labels)
 
 
 def draw_run_figures(run: str | os.PathLike[str], table: str | os.PathLike[str]) -> list[Path]:

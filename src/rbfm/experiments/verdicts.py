@@ -5,7 +5,8 @@ A pair of methods is ordered only where their 95% CIs are disjoint; otherwise th
 cannot tell them apart. Each scope (one expert source, domain and dataset) is read twice:
 over every family and level, and at each family's strongest perturbation only (the level
 farthest from nominal present in the table), where the paper says the robust methods
-gain most.
+gain most. `gap_table` tests the claim that the gap widens with the perturbation: each
+robust method's return minus FB-IL's, per step away from nominal.
 """
 
 from __future__ import annotations
@@ -13,8 +14,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from rbfm.envs.perturbations import get_perturbation
 from rbfm.errors import ConfigError
+from rbfm.evaluation.stats import mean_ci
 from rbfm.experiments.report import markdown
 from rbfm.experiments.stats import IQM_REPS, IqmEstimate, iqm_estimates, nonempty, unique
 from rbfm.experiments.table import ResultRow
@@ -23,6 +27,12 @@ from rbfm.methods import display_label
 # The paper's claim, strongest first: each method should beat the next.
 PAPER_ORDER = ("rbfm-heavy", "rbfm-light", "fbil")
 PAIRS = (("rbfm-heavy", "fbil"), ("rbfm-light", "fbil"), ("rbfm-heavy", "rbfm-light"))
+
+
+def _gap(r: ResultRow) -> float:
+    return (
+        abs(r.level - get_perturbation(r.domain, r.family).nominal) if r.level is not None else 0.0
+    )
 
 
 def strongest(rows: Sequence[ResultRow]) -> list[ResultRow]:
@@ -136,3 +146,55 @@ def readings_table(rows: Sequence[ResultRow], reps: int = IQM_REPS) -> str:
     header = ["expert", "domain", "dataset", "levels", "combinations"]
     header += [display_label(m) for m in reversed(PAPER_ORDER)] + ["paper's ordering"]
     return markdown(header, body)
+
+
+def gap_table(rows: Sequence[ResultRow]) -> str:
+    """Markdown: per expert and robust method, its return minus FB-IL's at the k-th level
+    away from nominal (k = 0 nominal ... the strongest), averaged over every (domain,
+    dataset, task, family) with all of them; mean +- 95% t-CI across seeds, paired by seed
+    (a seed's methods imitate the same drawn demonstrations). A "*" marks a CI excluding 0."""
+    nonempty(rows)
+    body = []
+    width = 0
+    for expert in unique(r.expert for r in rows):
+        mine = [r for r in rows if r.expert == expert and r.label in PAPER_ORDER]
+        # rank of each level within its (domain, dataset, task, family), by distance
+        ranks: dict[tuple[str, str, str, str], list[float]] = {}
+        for r in mine:
+            if r.level is not None:
+                ranks.setdefault((r.domain, r.dataset, r.task, r.family), []).append(_gap(r))
+        order = {k: sorted(set(v)) for k, v in ranks.items()}
+        value = {
+            (r.label, r.seed, (r.domain, r.dataset, r.task, r.family), _gap(r)): r.mean
+            for r in mine
+            if r.level is not None
+        }
+        seeds = sorted({r.seed for r in mine})
+        for method in PAPER_ORDER[:2]:
+            cells = []
+            for k in range(max((len(v) for v in order.values()), default=0)):
+                per_seed = []
+                for seed in seeds:
+                    diffs = [
+                        value[(method, seed, key, gaps[k])] - value[("fbil", seed, key, gaps[k])]
+                        for key, gaps in order.items()
+                        if k < len(gaps)
+                        and (method, seed, key, gaps[k]) in value
+                        and ("fbil", seed, key, gaps[k]) in value
+                    ]
+                    if diffs:
+                        per_seed.append(float(np.mean(diffs)))
+                if not per_seed:
+                    cells.append("-")
+                    continue
+                mean, ci = mean_ci(np.array(per_seed))
+                star = "*" if len(per_seed) > 1 and abs(mean) > ci else ""
+                cells.append(f"{mean:+.1f} +- {ci:.1f}{star}")
+            if any(c != "-" for c in cells):
+                width = max(width, len(cells))
+                body.append([expert, f"{display_label(method)} - FB-IL", *cells])
+    if not body:
+        raise ConfigError("no FB-IL with RBFM-Light or RBFM-Heavy results to compare")
+    steps = [f"step {k}" for k in range(1, width)]
+    header = ["expert", "difference", "nominal", *steps]
+    return markdown(header, [b + ["-"] * (len(header) - len(b)) for b in body])
