@@ -124,11 +124,12 @@ def test_the_gap_table_pairs_seeds_and_grows_with_the_level() -> None:
     rows = _rows({"fbil": 0.0, "rbfm-light": 50.0, "rbfm-heavy": 100.0}, 0.0)
     table = gap_table(rows).splitlines()
     assert table[0] == (
-        "| expert | difference | nominal | step 1 | step 2 | step 3 | step 4 | step 5 |"
+        "| expert | scope | difference | nominal | step 1 | step 2 | step 3 | step 4 | step 5 |"
     )
     # Gains are gain * k / 5 at the k-th level away from nominal, identical across seeds.
     assert table[2] == (
-        "| own | RBFM-Heavy - FB-IL | +0.0 +- 0.0 | +20.0 +- 0.0* | +40.0 +- 0.0* "
+        "| own | walker (rnd) | RBFM-Heavy - FB-IL | +0.0 +- 0.0 | +20.0 +- 0.0* | +40.0 +- 0.0* "
         "| +60.0 +- 0.0* | +80.0 +- 0.0* | +100.0 +- 0.0* |"
     )
-    assert table[3].startswith("| own | RBFM-Light - FB-IL | +0.0 +- 0.0 | +10.0 +- 0.0* |")
+    light = "| own | walker (rnd) | RBFM-Light - FB-IL | +0.0 +- 0.0 | +10.0 +- 0.0* |"
+    assert table[3].startswith(light)

@@ -148,53 +148,61 @@ def readings_table(rows: Sequence[ResultRow], reps: int = IQM_REPS) -> str:
     return markdown(header, body)
 
 
+def _gap_cells(rows: Sequence[ResultRow], method: str) -> list[str]:
+    """`method` minus FB-IL at each step from nominal, averaged over the rows' (domain,
+    dataset, task, family) combinations per seed; "mean +- CI" across seeds."""
+    order: dict[tuple[str, str, str, str], list[float]] = {}
+    value: dict[tuple[str, int, tuple[str, str, str, str], float], float] = {}
+    for r in rows:
+        if r.level is not None:
+            key = (r.domain, r.dataset, r.task, r.family)
+            order.setdefault(key, []).append(_gap(r))
+            value[(r.label, r.seed, key, _gap(r))] = r.mean
+    steps = {key: sorted(set(v)) for key, v in order.items()}
+    cells = []
+    for k in range(max((len(v) for v in steps.values()), default=0)):
+        per_seed = []
+        for seed in sorted({r.seed for r in rows}):
+            pairs = [
+                (value.get((method, seed, key, gaps[k])), value.get(("fbil", seed, key, gaps[k])))
+                for key, gaps in steps.items()
+                if k < len(gaps)
+            ]
+            diffs = [a - b for a, b in pairs if a is not None and b is not None]
+            if diffs:
+                per_seed.append(float(np.mean(diffs)))
+        if not per_seed:
+            cells.append("-")
+            continue
+        mean, ci = mean_ci(np.array(per_seed))
+        star = "*" if len(per_seed) > 1 and abs(mean) > ci else ""
+        cells.append(f"{mean:+.1f} +- {ci:.1f}{star}")
+    return cells
+
+
 def gap_table(rows: Sequence[ResultRow]) -> str:
-    """Markdown: per expert and robust method, its return minus FB-IL's at the k-th level
-    away from nominal (k = 0 nominal ... the strongest), averaged over every (domain,
-    dataset, task, family) with all of them; mean +- 95% t-CI across seeds, paired by seed
-    (a seed's methods imitate the same drawn demonstrations). A "*" marks a CI excluding 0."""
+    """Markdown: per expert, scope (every domain pooled, then each (domain, dataset) when
+    there are several) and robust method, its return minus FB-IL's at the k-th level away
+    from nominal (k = 0 nominal ... the strongest), averaged over the scope's (task,
+    family) combinations; mean +- 95% t-CI across seeds, paired by seed (a seed's methods
+    imitate the same drawn demonstrations). A "*" marks a CI excluding 0."""
     nonempty(rows)
     body = []
-    width = 0
     for expert in unique(r.expert for r in rows):
         mine = [r for r in rows if r.expert == expert and r.label in PAPER_ORDER]
-        # rank of each level within its (domain, dataset, task, family), by distance
-        ranks: dict[tuple[str, str, str, str], list[float]] = {}
-        for r in mine:
-            if r.level is not None:
-                ranks.setdefault((r.domain, r.dataset, r.task, r.family), []).append(_gap(r))
-        order = {k: sorted(set(v)) for k, v in ranks.items()}
-        value = {
-            (r.label, r.seed, (r.domain, r.dataset, r.task, r.family), _gap(r)): r.mean
-            for r in mine
-            if r.level is not None
-        }
-        seeds = sorted({r.seed for r in mine})
-        for method in PAPER_ORDER[:2]:
-            cells = []
-            for k in range(max((len(v) for v in order.values()), default=0)):
-                per_seed = []
-                for seed in seeds:
-                    diffs = [
-                        value[(method, seed, key, gaps[k])] - value[("fbil", seed, key, gaps[k])]
-                        for key, gaps in order.items()
-                        if k < len(gaps)
-                        and (method, seed, key, gaps[k]) in value
-                        and ("fbil", seed, key, gaps[k]) in value
-                    ]
-                    if diffs:
-                        per_seed.append(float(np.mean(diffs)))
-                if not per_seed:
-                    cells.append("-")
-                    continue
-                mean, ci = mean_ci(np.array(per_seed))
-                star = "*" if len(per_seed) > 1 and abs(mean) > ci else ""
-                cells.append(f"{mean:+.1f} +- {ci:.1f}{star}")
-            if any(c != "-" for c in cells):
-                width = max(width, len(cells))
-                body.append([expert, f"{display_label(method)} - FB-IL", *cells])
+        models = unique((r.domain, r.dataset) for r in mine)
+        scopes = [("all", mine)] if len(models) > 1 else []
+        scopes += [
+            (f"{d} ({ds})", [r for r in mine if (r.domain, r.dataset) == (d, ds)])
+            for d, ds in models
+        ]
+        for scope, chosen in scopes:
+            for method in PAPER_ORDER[:2]:
+                cells = _gap_cells(chosen, method)
+                if any(c != "-" for c in cells):
+                    body.append([expert, scope, f"{display_label(method)} - FB-IL", *cells])
     if not body:
         raise ConfigError("no FB-IL with RBFM-Light or RBFM-Heavy results to compare")
-    steps = [f"step {k}" for k in range(1, width)]
-    header = ["expert", "difference", "nominal", *steps]
+    width = max(len(b) for b in body) - 3
+    header = ["expert", "scope", "difference", "nominal", *(f"step {k}" for k in range(1, width))]
     return markdown(header, [b + ["-"] * (len(header) - len(b)) for b in body])
