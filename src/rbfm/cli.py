@@ -872,8 +872,8 @@ def build_parser() -> argparse.ArgumentParser:
         "resumably, locally or on Ray; results table and figures",
         description="Runs demonstrations -> task inference / baseline training -> evaluation "
         "as cells with stable ids, each stored atomically under --out. Killed and rerun, it "
-        "skips finished cells. Presets: smoke, slice, cpu, converge, datasize, sources, eps, "
-        "paper (see rbfm.experiments.spec).",
+        "skips finished cells. Presets: smoke, slice, cpu, converge, q1, eps, datasize, q2, "
+        "sources, grid, paper (see rbfm.experiments.spec).",
     )
     p.add_argument("spec", help="a preset name or a .toml spec file")
     p.add_argument("--out", default=None, help="run directory (default: runs/experiments/NAME)")
