@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -89,6 +91,8 @@ def test_verdicts_name_what_holds_and_what_is_reversed() -> None:
     assert verdict(dict.fromkeys(pairs, ">")).startswith("the paper's ordering holds")
     assert verdict(dict.fromkeys(pairs, "~")).startswith("cannot tell")
     assert verdict(dict.fromkeys(pairs, "<")).startswith("reversed")
+    one = verdict({pairs[0]: "~", pairs[1]: "~", pairs[2]: "<"})
+    assert one == "partly reversed: RBFM-Heavy < RBFM-Light; the rest overlap"
     mixed = verdict({pairs[0]: ">", pairs[1]: "<", pairs[2]: "~"})
     assert mixed == "mixed: RBFM-Heavy > FB-IL, RBFM-Light < FB-IL"
     partly = verdict({pairs[0]: ">", pairs[1]: "~", pairs[2]: "~"})
@@ -121,15 +125,47 @@ def test_no_fb_methods_is_an_error() -> None:
 
 
 def test_the_gap_table_pairs_seeds_and_grows_with_the_level() -> None:
-    rows = _rows({"fbil": 0.0, "rbfm-light": 50.0, "rbfm-heavy": 100.0}, 0.0)
+    # Each seed's demonstrations move every method's return alike (+-30): paired by seed,
+    # the differences carry none of it.
+    offsets = [-30.0, 10.0, 30.0, -20.0, 5.0]
+    rows = [
+        dataclasses.replace(r, mean=r.mean + offsets[r.seed])
+        for r in _rows({"fbil": 0.0, "rbfm-light": 50.0, "rbfm-heavy": 100.0}, 0.0)
+    ]
     table = gap_table(rows).splitlines()
     assert table[0] == (
         "| expert | scope | difference | nominal | step 1 | step 2 | step 3 | step 4 | step 5 |"
     )
-    # Gains are gain * k / 5 at the k-th level away from nominal, identical across seeds.
+    # Gains are gain * k / 5 at the k-th level away from nominal.
     assert table[2] == (
         "| own | walker (rnd) | RBFM-Heavy - FB-IL | +0.0 +- 0.0 | +20.0 +- 0.0* | +40.0 +- 0.0* "
         "| +60.0 +- 0.0* | +80.0 +- 0.0* | +100.0 +- 0.0* |"
     )
     light = "| own | walker (rnd) | RBFM-Light - FB-IL | +0.0 +- 0.0 | +10.0 +- 0.0* |"
     assert table[3].startswith(light)
+
+
+def test_the_gap_table_reads_falling_families_from_nominal_and_skips_incomplete_seeds() -> None:
+    p = get_perturbation("cheetah", "range_of_motion")  # 100% retained at nominal, 60% far
+    rows = []
+    for i, level in enumerate(p.levels):
+        for seed in range(3):
+            rows.append(_row("fbil", seed, "range_of_motion", level, 100.0, "cheetah"))
+            rows.append(_row("rbfm-heavy", seed, "range_of_motion", level, 100.0 + i, "cheetah"))
+    rows.append(_row("fbil", 0, "joint_friction", 25.0, 0.0, "cheetah"))
+    rows.append(_row("rbfm-heavy", 0, "joint_friction", 25.0, 90.0, "cheetah"))
+    table = gap_table(rows)
+    # The joint-friction cell has one seed of three: left out, not averaged into seed 0.
+    assert "| own | cheetah (rnd) | RBFM-Heavy - FB-IL | +0.0 +- 0.0 | +1.0 +- 0.0* |" in table
+    assert "+5.0 +- 0.0* |" in table
+    assert "left out: 1 (combination, level) pairs" in table
+
+
+def test_the_strongest_level_is_one_every_method_has() -> None:
+    rows = _rows({"fbil": 0.0, "rbfm-light": 0.0, "rbfm-heavy": 0.0}, 1.0)
+    extreme = get_perturbation("walker", "gravity").extreme
+    unfinished = [
+        r for r in rows if not (r.family == "gravity" and r.level == extreme and r.label == "fbil")
+    ]
+    kept = {r.level for r in strongest(unfinished) if r.family == "gravity"}
+    assert kept == {get_perturbation("walker", "gravity").levels[4]}

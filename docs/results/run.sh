@@ -10,6 +10,7 @@
 # stage whose cells are all done only redraws its figures. After each stage its figures,
 # tables and rows are copied to docs/results/STAGE/.
 set -euo pipefail
+cd "$(dirname "$0")/../.."
 out=${RBFM_GRID_OUT:-runs/experiments/grid}
 workers=${RBFM_GRID_WORKERS:-2}
 stages=("$@")

@@ -584,8 +584,9 @@ def _draw_rows(
             "each family's strongest perturbation; `>`/`<` only where CIs are disjoint.\n\n"
             + readings_table(rows, iqm_reps)
             + "\nEach robust method's return minus FB-IL's, k levels away from nominal, "
-            "averaged over every (domain, dataset, task, family); mean +- 95% CI across "
-            "seeds, paired by seed; `*`: the CI excludes 0.\n\n" + gap_table(rows)
+            "averaged over the scope's (task, family) combinations (every domain pooled, then "
+            "each); mean +- 95% CI across seeds, paired by seed; `*`: the CI excludes 0.\n\n"
+            + gap_table(rows)
             if _robust_against_fbil(rows)
             else ""
         )

@@ -30,27 +30,30 @@ PAIRS = (("rbfm-heavy", "fbil"), ("rbfm-light", "fbil"), ("rbfm-heavy", "rbfm-li
 
 
 def _gap(r: ResultRow) -> float:
-    return (
-        abs(r.level - get_perturbation(r.domain, r.family).nominal) if r.level is not None else 0.0
-    )
+    """The level's distance from its family's nominal, rounded so that levels computed two
+    ways match (0 for nominal-only rows)."""
+    if r.level is None:
+        return 0.0
+    return round(abs(r.level - get_perturbation(r.domain, r.family).nominal), 9)
 
 
 def strongest(rows: Sequence[ResultRow]) -> list[ResultRow]:
     """The rows at each (domain, dataset, task, family)'s level farthest from nominal among
-    those present; nominal-only rows are dropped."""
-    far: dict[tuple[str, str, str, str], tuple[float, float]] = {}
+    those every label of that combination has (an unfinished cell does not make the others
+    incomparable); nominal-only rows are dropped."""
+    levels: dict[tuple[str, str, str, str], dict[str, set[float]]] = {}
     for r in rows:
-        if r.level is None:
-            continue
-        nominal = get_perturbation(r.domain, r.family).nominal
-        key = (r.domain, r.dataset, r.task, r.family)
-        gap = abs(r.level - nominal)
-        if key not in far or gap > far[key][0]:
-            far[key] = (gap, r.level)
+        if r.level is not None:
+            key = (r.domain, r.dataset, r.task, r.family)
+            levels.setdefault(key, {}).setdefault(r.label, set()).add(_gap(r))
+    far = {
+        key: max(set.intersection(*per_label.values()), default=None)
+        for key, per_label in levels.items()
+    }
     return [
         r
         for r in rows
-        if r.level is not None and far[(r.domain, r.dataset, r.task, r.family)][1] == r.level
+        if r.level is not None and far[(r.domain, r.dataset, r.task, r.family)] == _gap(r)
     ]
 
 
@@ -69,8 +72,11 @@ def verdict(signs: dict[tuple[str, str], str]) -> str:
     reversed_ = [p for p in PAIRS if signs.get(p) == "<"]
     if len(held) == len(PAIRS):
         return "the paper's ordering holds (every pair disjoint)"
-    if reversed_ and not held:
+    if len(reversed_) == len(PAIRS):
         return "reversed: " + ", ".join(_pair_text(p, "<") for p in reversed_)
+    if reversed_ and not held:
+        text = ", ".join(_pair_text(p, "<") for p in reversed_)
+        return f"partly reversed: {text}; the rest overlap"
     if reversed_:
         return "mixed: " + ", ".join(
             [_pair_text(p, ">") for p in held] + [_pair_text(p, "<") for p in reversed_]
@@ -148,36 +154,40 @@ def readings_table(rows: Sequence[ResultRow], reps: int = IQM_REPS) -> str:
     return markdown(header, body)
 
 
-def _gap_cells(rows: Sequence[ResultRow], method: str) -> list[str]:
-    """`method` minus FB-IL at each step from nominal, averaged over the rows' (domain,
-    dataset, task, family) combinations per seed; "mean +- CI" across seeds."""
-    order: dict[tuple[str, str, str, str], list[float]] = {}
+def _gap_cells(rows: Sequence[ResultRow], method: str) -> tuple[list[str], int]:
+    """`method` minus FB-IL at each step from nominal, averaged per seed over the (domain,
+    dataset, task, family) combinations where every seed has both methods at that step;
+    "mean +- CI" across seeds, and how many (combination, step) pairs were left out."""
     value: dict[tuple[str, int, tuple[str, str, str, str], float], float] = {}
+    steps: dict[tuple[str, str, str, str], set[float]] = {}
     for r in rows:
         if r.level is not None:
             key = (r.domain, r.dataset, r.task, r.family)
-            order.setdefault(key, []).append(_gap(r))
+            steps.setdefault(key, set()).add(_gap(r))
             value[(r.label, r.seed, key, _gap(r))] = r.mean
-    steps = {key: sorted(set(v)) for key, v in order.items()}
-    cells = []
-    for k in range(max((len(v) for v in steps.values()), default=0)):
-        per_seed = []
-        for seed in sorted({r.seed for r in rows}):
-            pairs = [
-                (value.get((method, seed, key, gaps[k])), value.get(("fbil", seed, key, gaps[k])))
-                for key, gaps in steps.items()
-                if k < len(gaps)
-            ]
-            diffs = [a - b for a, b in pairs if a is not None and b is not None]
-            if diffs:
-                per_seed.append(float(np.mean(diffs)))
-        if not per_seed:
+    seeds = sorted({r.seed for r in rows})
+    order = {key: sorted(v) for key, v in steps.items()}
+    cells, dropped = [], 0
+    for k in range(max((len(v) for v in order.values()), default=0)):
+        combos = []
+        for key, gaps in order.items():
+            if k >= len(gaps):
+                continue
+            if all((m, s, key, gaps[k]) in value for m in (method, "fbil") for s in seeds):
+                combos.append((key, gaps[k]))
+            else:
+                dropped += 1
+        if not combos:
             cells.append("-")
             continue
+        per_seed = [
+            float(np.mean([value[(method, s, c, g)] - value[("fbil", s, c, g)] for c, g in combos]))
+            for s in seeds
+        ]
         mean, ci = mean_ci(np.array(per_seed))
         star = "*" if len(per_seed) > 1 and abs(mean) > ci else ""
         cells.append(f"{mean:+.1f} +- {ci:.1f}{star}")
-    return cells
+    return cells, dropped
 
 
 def gap_table(rows: Sequence[ResultRow]) -> str:
@@ -185,9 +195,11 @@ def gap_table(rows: Sequence[ResultRow]) -> str:
     there are several) and robust method, its return minus FB-IL's at the k-th level away
     from nominal (k = 0 nominal ... the strongest), averaged over the scope's (task,
     family) combinations; mean +- 95% t-CI across seeds, paired by seed (a seed's methods
-    imitate the same drawn demonstrations). A "*" marks a CI excluding 0."""
+    imitate the same drawn demonstrations), over the combinations that every seed has for
+    both methods. A "*" marks a CI excluding 0."""
     nonempty(rows)
     body = []
+    dropped = 0
     for expert in unique(r.expert for r in rows):
         mine = [r for r in rows if r.expert == expert and r.label in PAPER_ORDER]
         models = unique((r.domain, r.dataset) for r in mine)
@@ -197,12 +209,19 @@ def gap_table(rows: Sequence[ResultRow]) -> str:
             for d, ds in models
         ]
         for scope, chosen in scopes:
-            for method in PAPER_ORDER[:2]:
-                cells = _gap_cells(chosen, method)
+            present = {r.label for r in chosen}
+            for method in (m for m in PAPER_ORDER[:2] if m in present):
+                cells, left_out = _gap_cells(chosen, method)
+                dropped += left_out
                 if any(c != "-" for c in cells):
                     body.append([expert, scope, f"{display_label(method)} - FB-IL", *cells])
     if not body:
-        raise ConfigError("no FB-IL with RBFM-Light or RBFM-Heavy results to compare")
+        return "No (task, family, level) has FB-IL and RBFM-Light or RBFM-Heavy for every seed.\n"
     width = max(len(b) for b in body) - 3
     header = ["expert", "scope", "difference", "nominal", *(f"step {k}" for k in range(1, width))]
-    return markdown(header, [b + ["-"] * (len(header) - len(b)) for b in body])
+    note = (
+        f"\n- left out: {dropped} (combination, level) pairs without both methods for every seed\n"
+        if dropped
+        else ""
+    )
+    return markdown(header, [b + ["-"] * (len(header) - len(b)) for b in body]) + note
