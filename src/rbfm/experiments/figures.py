@@ -386,7 +386,8 @@ def eps_figure(
     ax = axes[0, 0]
     _draw_panel(ax, aggregate(mine), styles, domain, family, names)
     ax.set_ylabel("return", fontsize=8)
-    ax.set_title(f"{domain}-{task} ({dataset}): {method} by radius under {family}", fontsize=9)
+    title = f"{domain} {task} ({dataset}): {display_label(method)} by radius under {family}"
+    ax.set_title(title, fontsize=9)
     _shared_legend(fig, [ax], ncol=min(len(labels), 3))
     return fig
 
