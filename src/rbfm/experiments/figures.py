@@ -340,7 +340,7 @@ def datasets_figure(rows: Sequence[ResultRow], domain: str, task: str, family: s
     mine = [r for r in mine if r.task == task]
     require(mine, "family", family, f"in {domain}/{task}")
     mine = [r for r in mine if r.family == family]
-    title = f"{domain}-{task} under {family}: by dataset"
+    title = f"{domain} {task} under {family}: by dataset"
     return _panel_row(rows, mine, "dataset", domain, family, title, share_y=True)
 
 
