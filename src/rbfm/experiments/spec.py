@@ -123,6 +123,15 @@ CPU_CHEETAH = "cheetah:rnd-v1"
 # all converged: without it the paper-size models' 240 inferences alone would take ~10
 # hours of one core. Certificates off: their critic fits cost more than the inference
 # (docs/inference.md measures each method's own objective exactly instead).
+# The paper's models (Section 4): walker on RND, APS and ProtoRL, quadruped and cheetah on
+# RND, each domain's shipped model for that data.
+PAPER_MODELS = (
+    ModelEntry("walker", "rnd"),
+    ModelEntry("walker", "aps"),
+    ModelEntry("walker", "proto"),
+    ModelEntry("quadruped", "rnd"),
+    ModelEntry("cheetah", "rnd"),
+)
 CPU_GRID: dict[str, Any] = {
     "episodes": 20,
     "experts": ("own", "noisy"),
@@ -265,19 +274,13 @@ PRESETS: dict[str, ExperimentSpec] = {
         methods=_methods(*FB_METHODS),
         **CPU_GRID,
     ),
-    # The whole grid at CPU scale (Section 4): every shipped model (walker on RND, APS and
-    # ProtoRL, quadruped and cheetah on RND), every task and family; the paper-settings
-    # variants of RBFM-Light and RBFM-Heavy on the RND models; the baselines at their `cpu`
-    # presets on walker body mass with RND data. ~10 h on 2 cores (docs/results.md).
+    # The whole grid at CPU scale (Section 4): the paper's models, every task and family;
+    # the paper-settings variants of RBFM-Light and RBFM-Heavy on the RND models; the
+    # baselines at their `cpu` presets on walker body mass with RND data. ~11.5 h on 2 cores
+    # beyond the other stages (docs/results.md).
     "grid": ExperimentSpec(
         name="grid",
-        models=(
-            ModelEntry("walker", "rnd"),
-            ModelEntry("walker", "aps"),
-            ModelEntry("walker", "proto"),
-            ModelEntry("quadruped", "rnd"),
-            ModelEntry("cheetah", "rnd"),
-        ),
+        models=PAPER_MODELS,
         methods=(
             *_methods(*FB_METHODS),
             *(
@@ -289,17 +292,12 @@ PRESETS: dict[str, ExperimentSpec] = {
         ),
         **CPU_GRID,
     ),
-    # The paper's grid (Section 4) at its scale: as `grid`, 100 episodes per level, the
-    # baselines at their paper presets, FB inference in float32.
+    # The paper's grid (Section 4) at its scale: the paper's models, the FB methods at their
+    # default settings, the baselines at their paper presets, 100 episodes per level, FB
+    # inference in float32, both expert sources.
     "paper": ExperimentSpec(
         name="paper",
-        models=(
-            ModelEntry("walker", "rnd"),
-            ModelEntry("walker", "aps"),
-            ModelEntry("walker", "proto"),
-            ModelEntry("quadruped", "rnd"),
-            ModelEntry("cheetah", "rnd"),
-        ),
+        models=PAPER_MODELS,
         methods=(
             *_methods(*FB_METHODS),
             MethodEntry("drbc", preset="paper", families=("body_mass",), datasets=("rnd",)),
