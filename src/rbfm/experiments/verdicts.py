@@ -115,8 +115,9 @@ def readings(rows: Sequence[ResultRow], reps: int = IQM_REPS) -> list[Reading]:
     nonempty(rows)
     out = []
     for key in unique((r.expert, r.domain, r.dataset) for r in rows):
-        mine = [r for r in rows if (r.expert, r.domain, r.dataset) == key]
-        mine = [r for r in mine if r.label in PAPER_ORDER]
+        mine = [
+            r for r in rows if (r.expert, r.domain, r.dataset) == key and r.label in PAPER_ORDER
+        ]
         for levels, chosen in (("all", mine), ("strongest", strongest(mine))):
             if not chosen:
                 continue
