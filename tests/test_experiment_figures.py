@@ -24,6 +24,7 @@ from rbfm.experiments.figures import (
 )
 from rbfm.experiments.report import (
     ceilings_table,
+    certificates_table,
     format_seconds,
     iqm_summary,
     returns_table,
@@ -33,10 +34,13 @@ from rbfm.experiments.stats import aggregate, iqm_estimates, iqm_scores
 from rbfm.experiments.table import (
     CEILING_COLUMNS,
     CeilingRow,
+    CertificateRow,
     ResultRow,
     read_ceilings,
+    read_certificates,
     read_table,
     write_ceiling_table,
+    write_certificate_table,
     write_table,
 )
 from rbfm.methods import display_label
@@ -564,3 +568,44 @@ def test_the_expert_itself_is_a_dashed_line_in_its_panels_and_a_table(
     path.write_text("domain,task\nwalker,walk\n")
     with pytest.raises(ConfigError, match="line 2: not an experts table"):
         read_ceilings(path)
+
+
+def test_certificates_round_trip_and_their_table_says_mean_and_ci_per_method(
+    rows: list[ResultRow], tmp_path: Path
+) -> None:
+    def cert(method: str, seed: int, kind: str, radius: float, worst: float) -> CertificateRow:
+        eps = None if method == "fbil" else 0.8
+        return CertificateRow(
+            "walker", "rnd", "walk", "own", method, "", eps, seed, kind, radius, 0.1, worst, "p"
+        )
+
+    certs = [
+        cert(m, seed, kind, r, base + seed * 0.01 + r)
+        for m, base in (("rbfm-heavy", 0.2), ("fbil", 0.3))
+        for seed in (0, 1, 2)
+        for kind in ("tv", "heavy")
+        for r in (0.2, 0.4, 0.8)
+    ]
+    certs[0] = dataclasses.replace(certs[0], worst_case_loss=math.inf)
+    path = write_certificate_table(tmp_path / "certificates.csv", certs)
+    assert read_certificates(path) == certs  # inf survives the round trip
+    table = certificates_table(certs).splitlines()
+    header = (
+        "| domain | dataset | task | method | nominal | TV 0.2 | TV 0.8 | Heavy 0.2 | Heavy 0.8 |"
+    )
+    assert table[0] == header
+    # FB-IL first (the paper's order), whatever the order of the rows; means over seeds.
+    assert table[2].startswith("| walker | rnd | walk | FB-IL | 0.1 +- 0 | 0.51 +- 0.025 |")
+    assert table[3].startswith(
+        "| walker | rnd | walk | RBFM-Heavy | 0.1 +- 0 | inf (1 of 3 seeds) |"
+    )
+    # tables.md gets the section only when the run has certificates, per expert.
+    written = draw_all(write_table(tmp_path / "r.csv", rows), tmp_path / "a", 50, None, path)
+    md = next(p for p in written if p.name == "tables.md").read_text()
+    assert "## Robustness certificates" in md and "| RBFM-Heavy | 0.1 +- 0 | inf" in md
+    written = draw_all(tmp_path / "r.csv", tmp_path / "b", 50)
+    md = next(p for p in written if p.name == "tables.md").read_text()
+    assert "Robustness certificates" not in md
+    (tmp_path / "bad.csv").write_text("domain,task\nwalker,walk\n")
+    with pytest.raises(ConfigError, match="line 2: not a certificates table"):
+        read_certificates(tmp_path / "bad.csv")

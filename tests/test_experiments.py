@@ -229,7 +229,8 @@ def test_local_and_ray_give_the_same_table(checkpoint: str, tmp_path: Path) -> N
         remote = run_experiment(spec, tmp_path / "ray", RayExecutor("local", 2), progress=False)
     finally:
         ray.shutdown()
-    assert remote.computed == local.computed == {"demos": 2, "infer": 8, "eval": 16, "ceiling": 4}
+    counts = {"demos": 2, "infer": 8, "eval": 16, "ceiling": 4, "certificate": 8}
+    assert remote.computed == local.computed == counts
     rows = _table(local.results)
     assert len(rows) == 16 and rows == _table(remote.results)  # bitwise: floats compared exactly
     experts = (tmp_path / "local" / "experts.csv").read_text()
@@ -246,15 +247,15 @@ def test_rerun_skips_finished_cells(checkpoint: str, tmp_path: Path) -> None:
     run_experiment(spec, tmp_path, LocalExecutor(0), progress=False)
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "cells").rglob("*.json")}
     again = run_experiment(spec, tmp_path, LocalExecutor(0), progress=False)
-    assert again.computed == {"demos": 0, "infer": 0, "eval": 0, "ceiling": 0}
-    assert again.skipped == 30
+    assert again.computed == {"demos": 0, "infer": 0, "eval": 0, "ceiling": 0, "certificate": 0}
+    assert again.skipped == 38
     assert stamps == {p: p.stat().st_mtime_ns for p in (tmp_path / "cells").rglob("*.json")}
     # A data label names a model in figures; it is not part of any cell's identity, so
     # relabelling the model relabels its finished rows without recomputing them.
     data = smoke_dict(checkpoint)
     data["models"][0]["dataset"] = "rnd-v1"
     relabelled = run_experiment(from_dict(data), tmp_path, LocalExecutor(0), progress=False)
-    assert relabelled.skipped == 30 and sum(relabelled.computed.values()) == 0
+    assert relabelled.skipped == 38 and sum(relabelled.computed.values()) == 0
     with (tmp_path / "results.csv").open() as f:
         assert {row["dataset"] for row in csv.DictReader(f)} == {"rnd-v1"}
 
@@ -412,7 +413,7 @@ def test_the_first_inference_of_a_process_is_warmed_up_without_changing_it(
 
     z = read_meta(checkpoint)["task_z"]["walk"]
     demos = jobs.run_demos(jobs.DemosJob(checkpoint, "cheetah", "walk", z, 1, 0, noise=0.3))
-    job = jobs.InferJob("fbil", {"steps": 30}, None, 0, demos, checkpoint, certificate_steps=0)
+    job = jobs.InferJob("fbil", {"steps": 30}, None, 0, demos, checkpoint)
     jobs._WARMED.clear()
     first = jobs.run_infer(job)
     assert (checkpoint, "fbil") in jobs._WARMED
@@ -451,6 +452,57 @@ def test_heavy_certificate_is_the_dual_minimised() -> None:
     assert fitted.worst_case >= fitted.nominal - 1e-5
 
 
+def test_heavy_certificates_grow_with_the_radius_and_keep_each_fits_bound() -> None:
+    """The worst case over a ball grows with its radius, so a radius's certificate is the
+    least bound found at it or at any larger radius: never above its own fit, and
+    non-decreasing in the radius even where a capped MLP fit stops high."""
+    torch.manual_seed(1)
+    losses = torch.rand(300)
+    feat = torch.randn(300, 6)
+    nxt = feat.roll(-1, 0)
+    radii = (0.1, 0.3, 0.8)
+    certs = heavy_certificates(losses, feat, nxt, radii, steps=1)
+    alone = [heavy_certificates(losses, feat, nxt, (r,), steps=1)[0] for r in radii]
+    assert [c.radius for c in certs] == list(radii)
+    bounds = [c.worst_case for c in certs]
+    assert bounds == sorted(bounds)
+    assert all(c.worst_case <= a.worst_case for c, a in zip(certs, alone, strict=True))
+    # 0.8 holds every distribution here (SoftTV's largest divergence is below it): its
+    # value is exact, and one step leaves the fit at 0.3 above it, where it is used instead.
+    assert alone[1].worst_case > alone[2].worst_case == bounds[1] == bounds[2]
+    assert bounds[0] == alone[0].worst_case < bounds[1]
+
+
+def test_certificates_turned_on_for_a_finished_run_compute_only_them(
+    checkpoint: str, tmp_path: Path
+) -> None:
+    from rbfm.experiments import jobs
+    from rbfm.experiments.table import read_certificates
+
+    data = smoke_dict(checkpoint, certificate_steps=0, seeds=[0])
+    data["models"][0].update(tasks=["walk"], levels=1)
+    first = run_experiment(from_dict(data), tmp_path, LocalExecutor(0), progress=False)
+    assert first.computed["certificate"] == 0
+    assert read_certificates(first.certificates) == []
+    data["certificate_steps"] = 5
+    spec = from_dict(data)
+    again = run_experiment(spec, tmp_path, LocalExecutor(0), progress=False)
+    assert again.computed == {"demos": 0, "infer": 0, "eval": 0, "ceiling": 0, "certificate": 2}
+    rows = read_certificates(again.certificates)
+    assert {(r.method, r.set) for r in rows} == {
+        (m, s) for m in ("fbil", "rbfm-heavy") for s in ("tv", "heavy")
+    }
+    # The stored certificates are those of the stored policy on its drawn demonstrations.
+    p = plan(spec)
+    (fbil,) = [c for c in p.certs if c.infer.variant.method == "fbil"]
+    demos = load_demos(tmp_path / "demos" / f"{fbil.infer.demos.id}.npz", "cheetah")
+    z = json.loads((tmp_path / "policies" / f"{fbil.infer.id}.json").read_text())["z"]
+    job = jobs.CertJob(demos.sample(2, 0), fbil.radii, 5, checkpoint, z)
+    expected = {(c.uncertainty_set, c.radius): c.worst_case for c in jobs.run_cert(job)}
+    mine = {(r.set, r.radius): r.worst_case_loss for r in rows if r.method == "fbil"}
+    assert mine == pytest.approx(expected, rel=1e-12)
+
+
 def test_evaluation_outputs_follow_the_job_order_whatever_the_policy_kinds(
     checkpoint: str,
 ) -> None:
@@ -483,6 +535,12 @@ def test_the_grid_stages_are_slices_of_the_grid() -> None:
     grid = _ids(plan(PRESETS["grid"]))
     for stage in ("q1", "q2"):
         assert _ids(plan(PRESETS[stage])) <= grid, stage
+    # `certify` adds certificates to q1's and q2's policies, and computes nothing else.
+    certify = plan(PRESETS["certify"])
+    q1, q2 = plan(PRESETS["q1"]), plan(PRESETS["q2"])
+    assert _ids(certify) == _ids(q1) | _ids(q2)
+    assert {c.infer.id for c in certify.certs} == {i.id for i in [*q1.infers, *q2.infers]}
+    assert len(certify.certs) == 110 and not q1.certs and not q2.certs
     # datasize and sources share their walker:rnd-1m flip cells under joint friction.
     shared = _ids(plan(PRESETS["datasize"])) & _ids(plan(PRESETS["sources"]))
     assert len(shared) == 2 * (1 + 15 + 6 * 15 + 6)  # per expert: demos, infers, evals, ceilings
@@ -501,6 +559,6 @@ def test_the_grid_covers_every_shipped_default_model_and_question() -> None:
     labels = {(m.name, m.settings) for m in spec.methods}
     assert {("fbil", "default"), ("rbfm-light", "paper"), ("rbfm-heavy", "paper")} <= labels
     assert {"drbc", "bedroil"} <= {m.name for m in spec.methods}
-    for name in ("q1", "q2", "eps", "datasize", "sources", "grid"):
+    for name in ("q1", "q2", "eps", "datasize", "sources", "certify", "grid"):
         s = PRESETS[name]
         assert (s.episodes, s.experts, s.seeds) == (20, ("own", "noisy"), (0, 1, 2, 3, 4)), name

@@ -15,7 +15,7 @@ out=${RBFM_GRID_OUT:-runs/experiments/grid}
 workers=${RBFM_GRID_WORKERS:-2}
 stages=("$@")
 if [ ${#stages[@]} -eq 0 ]; then
-    stages=(q1 eps datasize q2 sources grid)
+    stages=(q1 eps datasize q2 sources certify grid)
 fi
 for stage in "${stages[@]}"; do
     rbfm experiment "$stage" --out "$out" --workers "$workers" --figures
@@ -25,4 +25,8 @@ for stage in "${stages[@]}"; do
     cp -r "$out/figures/." "$dest/"
     cp "$out/results.csv" "$dest/"
     if [ -f "$out/experts.csv" ]; then cp "$out/experts.csv" "$dest/"; fi
+    # A stage's certificates.csv holds its own plan's certificates: only `certify` has any.
+    if [ "$(wc -l < "$out/certificates.csv")" -gt 1 ]; then
+        cp "$out/certificates.csv" "$dest/"
+    fi
 done

@@ -501,7 +501,7 @@ def _cmd_experiment(args: argparse.Namespace) -> None:
     print(
         f"experiment {spec.name}: {len(p.demos)} demonstration sets, {len(p.infers)} "
         f"inferences, {len(p.evals)} evaluations ({len(p.evals) * spec.episodes:,} episodes), "
-        f"{len(p.ceilings)} of the experts themselves"
+        f"{len(p.ceilings)} of the experts themselves, {len(p.certs)} policies' certificates"
     )
     print(describe(p))
     if args.dry_run:
@@ -873,7 +873,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Runs demonstrations -> task inference / baseline training -> evaluation "
         "as cells with stable ids, each stored atomically under --out. Killed and rerun, it "
         "skips finished cells. Presets: smoke, slice, cpu, converge, q1, eps, datasize, q2, "
-        "sources, grid, paper (see rbfm.experiments.spec).",
+        "sources, certify, grid, paper (see rbfm.experiments.spec).",
     )
     p.add_argument("spec", help="a preset name or a .toml spec file")
     p.add_argument("--out", default=None, help="run directory (default: runs/experiments/NAME)")

@@ -14,8 +14,11 @@ methods optimise.
   By weak duality the dual at any (Q, tau) bounds the worst case from above for the
   demonstrations' own chain of transitions, whose next pairs are its current pairs
   shifted by one step (exactly so but for the trajectories' ends); it is the quantity
-  RBFM-Heavy minimises, so policies are compared on the same footing. A bound the fit
-  could not make finite is reported as inf, never as a clamped number.
+  RBFM-Heavy minimises, so policies are compared on the same footing. The worst case
+  grows with the radius (a larger ball holds the smaller), so a radius's bound is the
+  least of the duals reached at it and at every larger radius: an MLP fit stopped by its
+  step cap is no longer reported above the exact value of a larger ball. A bound no fit
+  could make finite is reported as inf, never as a clamped number.
 
 Losses are the policy's deterministic squared action errors ||pi(s) - a||^2 (no
 smoothing noise), over every demonstration transition the policy was inferred from.
@@ -23,6 +26,7 @@ smoothing noise), over every demonstration transition the policy was inferred fr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -65,11 +69,13 @@ def heavy_certificates(
     `feat`/`next_feat` are the critic's inputs at (s, a) and (s', a'): the FB features
     F(s, a, z_w) for task vectors, the raw pairs for baseline policies (as BE-DROIL).
     Every demonstration state is an initial state, as in inference. `steps` caps each fit.
+    Returned in increasing radius.
     """
     nominal = float(losses.mean())
-    out = []
-    for r in radii:
+    out, bound = [], math.inf
+    for r in sorted(radii, reverse=True):
         cfg = HeavyConfig(steps=steps, eps=r, gamma=gamma, divergence=divergence)
         value, _, _, _ = fit_critic(losses, feat, next_feat, cfg, seed)
-        out.append(Certificate("heavy", r, nominal, value))
-    return out
+        bound = min(bound, value)
+        out.append(Certificate("heavy", r, nominal, bound))
+    return out[::-1]

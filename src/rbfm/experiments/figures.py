@@ -32,7 +32,13 @@ from matplotlib.figure import Figure
 
 from rbfm.envs import get_perturbation
 from rbfm.errors import ConfigError
-from rbfm.experiments.report import ceilings_table, iqm_markdown, returns_table, timing_table
+from rbfm.experiments.report import (
+    ceilings_table,
+    certificates_table,
+    iqm_markdown,
+    returns_table,
+    timing_table,
+)
 from rbfm.experiments.stats import (
     IQM_REPS,
     NOMINAL,
@@ -49,7 +55,14 @@ from rbfm.experiments.stats import (
     select,
     unique,
 )
-from rbfm.experiments.table import CeilingRow, ResultRow, read_ceilings, read_table
+from rbfm.experiments.table import (
+    CeilingRow,
+    CertificateRow,
+    ResultRow,
+    read_ceilings,
+    read_certificates,
+    read_table,
+)
 from rbfm.experiments.verdicts import gap_table, readings_table
 from rbfm.methods import BASELINE_METHODS, NAMES, REGISTRY, display_label
 from rbfm.plots import caption_width
@@ -480,6 +493,7 @@ def draw_all(
     out_dir: str | os.PathLike[str],
     iqm_reps: int = IQM_REPS,
     ceilings_path: str | os.PathLike[str] | None = None,
+    certificates_path: str | os.PathLike[str] | None = None,
 ) -> list[Path]:
     """Draws every figure the table supports into `out_dir` and writes `tables.md` (timing,
     returns, IQM with `iqm_reps` bootstrap resamples); returns the files written (PNG and SVG
@@ -500,22 +514,26 @@ def draw_all(
     """
     rows = read_table(table_path)
     ceilings = read_ceilings(ceilings_path) if ceilings_path is not None else []
+    certs = read_certificates(certificates_path) if certificates_path is not None else []
     experts = unique(r.expert for r in rows)
     if len(experts) == 1:
-        return _draw_rows(rows, ceilings, Path(out_dir), Path(table_path).name, iqm_reps)
+        name = Path(table_path).name
+        return _draw_rows(rows, ceilings, certs, Path(out_dir), name, iqm_reps)
     written: list[Path] = []
     for expert in experts:
         mine = [r for r in rows if r.expert == expert]
         theirs = [c for c in ceilings if c.expert == expert]
+        their_certs = [c for c in certs if c.expert == expert]
         title = f"{Path(table_path).name}, expert {expert}"
         out = Path(out_dir) / _slug("expert", expert)
-        written += _draw_rows(mine, theirs, out, title, iqm_reps)
+        written += _draw_rows(mine, theirs, their_certs, out, title, iqm_reps)
     return written
 
 
 def _draw_rows(
     rows: list[ResultRow],
     ceilings: list[CeilingRow],
+    certs: list[CertificateRow],
     out_dir: Path,
     title: str,
     iqm_reps: int,
@@ -591,6 +609,15 @@ def _draw_rows(
             if _robust_against_fbil(rows)
             else ""
         )
+        + (
+            "\n## Robustness certificates\n\n"
+            "Each policy's squared action error on the demonstrations it was inferred from: "
+            "nominal, and in the worst case over the TV ball (exact) and over the Heavy set "
+            "(an upper bound: the Heavy dual at its fitted critic) of each radius; mean +- "
+            "95% CI over seeds (`rbfm.experiments.certificate`).\n\n" + certificates_table(certs)
+            if certs
+            else ""
+        )
     )
     written.append(tables)
     return written
@@ -609,8 +636,13 @@ def draw_run_figures(run: str | os.PathLike[str], table: str | os.PathLike[str])
     figures = Path(run) / "figures"
     fresh = figures.with_name(".figures.part")
     shutil.rmtree(fresh, ignore_errors=True)
-    experts = Path(run) / "experts.csv"
-    written = draw_all(table, fresh, ceilings_path=experts if experts.exists() else None)
+    experts, certs = Path(run) / "experts.csv", Path(run) / "certificates.csv"
+    written = draw_all(
+        table,
+        fresh,
+        ceilings_path=experts if experts.exists() else None,
+        certificates_path=certs if certs.exists() else None,
+    )
     shutil.rmtree(figures, ignore_errors=True)
     fresh.rename(figures)
     return [figures / p.relative_to(fresh) for p in written]

@@ -21,8 +21,11 @@ import numpy as np
 import torch
 
 from rbfm.data.demos import Demos
-from rbfm.experiments.certificate import RADII, Certificate, heavy_certificates, tv_certificates
+from rbfm.experiments.certificate import Certificate, heavy_certificates, tv_certificates
 from rbfm.fb.model import FBModel
+
+# A baseline policy as jobs carry it: (method, its policy file's metadata, state dict).
+BaselineState = tuple[str, dict[str, Any], dict[str, np.ndarray]]
 
 
 @functools.lru_cache(maxsize=4)
@@ -68,7 +71,6 @@ class InferJob:
     demos: Demos  # the episodes drawn for this seed
     checkpoint: str | None  # FB methods
     resume: str | None = None  # baselines: snapshot file (paper presets run for hours)
-    certificate_steps: int = 1000  # the cap on each radius's Heavy certificate fit; 0: none
 
 
 @dataclass
@@ -78,37 +80,49 @@ class InferOutput:
     z: list[float] | None = None  # FB methods
     policy: dict[str, np.ndarray] | None = None  # baselines: the state dict
     extra: dict[str, float] = field(default_factory=dict)
-    certificates: list[Certificate] = field(default_factory=list)
     # FB methods: the method's own objective on every demonstration transition at the
     # returned z, and whether the descent stopped by its convergence rule (not its cap).
     objective: float | None = None
     converged: bool | None = None
 
 
-def _fb_certificates(
-    model: FBModel, demos: Demos, z: torch.Tensor, radii: tuple[float, ...], steps: int
-) -> list[Certificate]:
+@dataclass(frozen=True)
+class CertJob:
+    demos: Demos  # the episodes the policy was inferred from
+    radii: tuple[float, ...]
+    steps: int  # the cap on each radius's Heavy fit
+    checkpoint: str | None = None  # FB methods: the model, and the policy's task vector
+    z: list[float] | None = None
+    policy: BaselineState | None = None  # baselines
+
+
+def run_cert(job: CertJob) -> list[Certificate]:
+    """A policy's certificates on its demonstrations: the TV set's exact worst case and
+    the Heavy set's bound. The Heavy critic reads the FB features F(s, a, z_w) at the
+    warm-start z for task vectors, and raw (s, a) pairs for baselines (as BE-DROIL)."""
     from rbfm.inference.demos import warm_start
 
-    t = {k: torch.as_tensor(v) for k, v in demos.transitions().items()}
+    _one_thread()
+    t = {k: torch.as_tensor(v) for k, v in job.demos.transitions().items()}
+    obs, act = t["observation"], t["action"]
     with torch.no_grad():
-        pi = model.act(t["observation"], z.expand(len(t["observation"]), -1))
-        losses = (pi - t["action"]).square().sum(-1)
-        zw = warm_start(model, demos).expand(len(t["observation"]), -1)
-        feat = torch.cat(list(model.forward_map(t["observation"], t["action"], zw)), -1)
-        nxt = torch.cat(list(model.forward_map(t["next_observation"], t["next_action"], zw)), -1)
-    return tv_certificates(losses, radii) + heavy_certificates(losses, feat, nxt, radii, steps)
-
-
-def _policy_certificates(
-    policy: torch.nn.Module, demos: Demos, radii: tuple[float, ...], steps: int
-) -> list[Certificate]:
-    t = {k: torch.as_tensor(v) for k, v in demos.transitions().items()}
-    with torch.no_grad():
-        losses = (policy(t["observation"]) - t["action"]).square().sum(-1)
-    feat = torch.cat([t["observation"], t["action"]], -1)  # BE-DROIL's critic input
-    nxt = torch.cat([t["next_observation"], t["next_action"]], -1)
-    return tv_certificates(losses, radii) + heavy_certificates(losses, feat, nxt, radii, steps)
+        if job.checkpoint is not None:
+            assert job.z is not None
+            model = _model(job.checkpoint)
+            pi = model.act(obs, torch.tensor(job.z).expand(len(obs), -1))
+            zw = warm_start(model, job.demos).expand(len(obs), -1)
+            feat = torch.cat(list(model.forward_map(obs, act, zw)), -1)
+            nxt_obs, nxt_act = t["next_observation"], t["next_action"]
+            nxt = torch.cat(list(model.forward_map(nxt_obs, nxt_act, zw)), -1)
+        else:
+            assert job.policy is not None
+            pi = _baseline(*job.policy)(obs)
+            feat = torch.cat([obs, act], -1)
+            nxt = torch.cat([t["next_observation"], t["next_action"]], -1)
+        losses = (pi - act).square().sum(-1)
+    return tv_certificates(losses, job.radii) + heavy_certificates(
+        losses, feat, nxt, job.radii, job.steps
+    )
 
 
 # (checkpoint, method) pairs this process has already run. The first inference in a
@@ -127,17 +141,11 @@ def _warm_up(job: InferJob, model: FBModel, run: Callable[..., Any], config_cls:
         _WARMED.add(key)
 
 
-def _radii(eps: float | None) -> tuple[float, ...]:
-    return tuple(sorted({*RADII, *([eps] if eps is not None else [])}))
-
-
 def run_infer(job: InferJob) -> InferOutput:
-    """Task inference (FB methods) or baseline training, then the policy's certificate."""
+    """Task inference (FB methods) or baseline training."""
     from pathlib import Path
 
     _one_thread()
-    eps = job.config.get("eps")
-    radii = _radii(None if eps is None else float(eps))
     if job.checkpoint is not None:
         from rbfm.inference import METHODS
 
@@ -145,7 +153,7 @@ def run_infer(job: InferJob) -> InferOutput:
         run, config_cls = METHODS[job.method]
         _warm_up(job, model, run, config_cls)
         result = run(model, job.demos, config_cls(**job.config), job.seed, False)
-        out = InferOutput(
+        return InferOutput(
             result.seconds,
             result.steps,
             z=result.z.tolist(),
@@ -153,11 +161,6 @@ def run_infer(job: InferJob) -> InferOutput:
             objective=result.objective if math.isfinite(result.objective) else None,
             converged=result.converged,
         )
-        if job.certificate_steps:
-            out.certificates = _fb_certificates(
-                model, job.demos, result.z, radii, job.certificate_steps
-            )
-        return out
     from rbfm.baselines import train_baseline
 
     assert job.preset is not None
@@ -171,10 +174,7 @@ def run_infer(job: InferJob) -> InferOutput:
         resume=None if job.resume is None else Path(job.resume),
     )
     state = {k: v.detach().cpu().numpy() for k, v in res.policy.state_dict().items()}
-    out = InferOutput(time.perf_counter() - start, int(job.config["steps"]), policy=state)
-    if job.certificate_steps:
-        out.certificates = _policy_certificates(res.policy, job.demos, radii, job.certificate_steps)
-    return out
+    return InferOutput(time.perf_counter() - start, int(job.config["steps"]), policy=state)
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ class EvalEntry:
     episodes: int
     eval_seed: int
     z: list[float] | None  # a task vector of the job's model, or
-    policy: tuple[str, dict[str, Any], dict[str, np.ndarray]] | None  # (method, meta, state)
+    policy: BaselineState | None
     noise: float = 0.0  # std of Gaussian action noise on pi_z (a noisy expert's ceiling)
 
 

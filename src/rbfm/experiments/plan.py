@@ -1,4 +1,5 @@
-"""From a spec to cells: demonstrations, inferences and evaluations with stable ids.
+"""From a spec to cells (demonstrations, inferences, evaluations, certificates) with stable
+ids.
 
 A cell's id is a hash of everything its result depends on, its inputs' ids included:
 the same spec gives the same ids on any machine, a changed setting gives new ids (so
@@ -20,6 +21,7 @@ from typing import Any
 
 from rbfm.envs import DOMAINS, PERTURBATIONS, TASKS, get_perturbation
 from rbfm.errors import ConfigError, RbfmError
+from rbfm.experiments.certificate import RADII
 from rbfm.experiments.spec import (
     EXPERT_KINDS,
     NOISY_STD,
@@ -123,16 +125,29 @@ class CeilingCell:
 
 
 @dataclass(frozen=True)
+class CertCell:
+    """An inferred policy's robustness certificates (`experiments.certificate`): a cell of
+    its own, so that certificates can be added to a run whose inferences are done."""
+
+    id: str
+    infer: InferCell
+    radii: tuple[float, ...]
+    steps: int  # the cap on each Heavy fit
+
+
+@dataclass(frozen=True)
 class Plan:
     spec: ExperimentSpec
     demos: list[DemosCell]
     infers: list[InferCell]
     evals: list[EvalCell]
     ceilings: list[CeilingCell] = dataclasses.field(default_factory=list)
+    certs: list[CertCell] = dataclasses.field(default_factory=list)
 
     @property
     def total(self) -> int:
-        return len(self.demos) + len(self.infers) + len(self.evals) + len(self.ceilings)
+        cells = (self.demos, self.infers, self.evals, self.ceilings, self.certs)
+        return sum(len(c) for c in cells)
 
 
 def _model(entry: ModelEntry, index: int) -> Model:
@@ -461,7 +476,17 @@ def plan(spec: ExperimentSpec) -> Plan:
     # Two entries giving identical cells would be computed once and counted twice.
     if len({i.id for i in infers}) != len(infers):
         raise ConfigError("methods: two entries give the same method with the same settings")
-    return Plan(spec, demos, infers, evals, ceilings)
+    return Plan(spec, demos, infers, evals, ceilings, _certs(infers, spec.certificate_steps))
+
+
+def _certs(infers: list[InferCell], steps: int) -> list[CertCell]:
+    """Each inference's certificates at RADII and the radius it used (none at 0 steps)."""
+    out = []
+    for i in infers if steps else []:
+        radii = tuple(sorted({*RADII, *([] if i.variant.eps is None else [i.variant.eps])}))
+        payload = {"infer": i.id, "radii": radii, "steps": steps}
+        out.append(CertCell(cell_id("certificate", payload), i, radii, steps))
+    return out
 
 
 def describe(p: Plan) -> str:

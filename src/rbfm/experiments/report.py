@@ -8,17 +8,19 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from rbfm.evaluation.stats import mean_ci
 from rbfm.experiments.stats import (
     IQM_REPS,
     Aggregate,
     IqmResult,
     aggregate,
     iqm_estimates,
+    method_rank,
     nonempty,
     ordered_labels,
     unique,
 )
-from rbfm.experiments.table import CeilingRow, ResultRow
+from rbfm.experiments.table import CeilingRow, CertificateRow, ResultRow
 from rbfm.methods import display_label
 
 
@@ -156,4 +158,55 @@ def ceilings_table(ceilings: Sequence[CeilingRow]) -> str:
         for c in ceilings
     ]
     header = ["domain", "dataset", "task", "expert", "family", "level", "return (std)", "episodes"]
+    return markdown(header, body)
+
+
+# The radii the certificates table shows: the defaults' (0.8, where the SoftTV ball holds
+# every distribution on the demonstrations, so the Heavy value is the Bellman-flow worst
+# case, solved exactly) and the smallest (where both balls bind).
+CERTIFICATE_RADII = (0.2, 0.8)
+
+
+def _loss_text(values: list[float]) -> str:
+    if not values:
+        return "-"
+    finite = [v for v in values if math.isfinite(v)]
+    if len(finite) < len(values):
+        return f"inf ({len(values) - len(finite)} of {len(values)} seeds)"
+    mean, ci = mean_ci(np.array(finite))
+    if ci <= 1e-9 * abs(mean):  # equal values: the rounding residue of their mean, not spread
+        ci = 0.0
+    return f"{mean:.4g} +- {ci:.2g}"
+
+
+def certificates_table(certs: Sequence[CertificateRow]) -> str:
+    """Per (domain, dataset, task, label): each policy's imitation loss on its
+    demonstrations, nominal and in the worst case over the TV set (exact) and the Heavy set
+    (an upper bound) at CERTIFICATE_RADII; mean +- 95% CI over seeds."""
+    radii = [r for r in CERTIFICATE_RADII if any(c.radius == r for c in certs)]
+    columns = [(kind, r) for kind in ("tv", "heavy") for r in radii]
+    first: dict[tuple[str, str, str, str], CertificateRow] = {}
+    for c in certs:
+        first.setdefault((c.domain, c.dataset, c.task, c.label), c)
+    tasks = {t: i for i, t in enumerate(unique(k[:3] for k in first))}
+    order = sorted(
+        first,
+        key=lambda k: (
+            tasks[k[:3]],
+            method_rank(first[k].method),
+            -math.inf if first[k].eps is None else first[k].eps,
+            first[k].variant,
+        ),
+    )
+    body = []
+    for key in order:
+        mine = [c for c in certs if (c.domain, c.dataset, c.task, c.label) == key]
+        nominal = {c.seed: c.nominal_loss for c in mine}
+        row = [key[0], key[1], key[2], display_label(key[3]), _loss_text(list(nominal.values()))]
+        for kind, r in columns:
+            values = [c.worst_case_loss for c in mine if (c.set, c.radius) == (kind, r)]
+            row.append(_loss_text(values))
+        body.append(row)
+    header = ["domain", "dataset", "task", "method", "nominal"]
+    header += [f"{'TV' if kind == 'tv' else 'Heavy'} {r:g}" for kind, r in columns]
     return markdown(header, body)

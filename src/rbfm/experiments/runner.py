@@ -5,8 +5,10 @@ Run directory:
     spec.json                 the spec as run (the last run's)
     demos/<id>.npz            expert demonstrations per (model, task)
     policies/<id>.json        task vectors; baselines: <id>.safetensors + <id>.json
-    cells/infer/<id>.json     per inference: seconds, steps, policy file, certificates
+    cells/infer/<id>.json     per inference: seconds, steps, policy file
     cells/eval/<id>.json      per evaluation: the results row and the episodes' returns
+    cells/ceiling/<id>.json   per expert evaluation: the expert's returns
+    cells/certificate/<id>.json  per inference (certificate_steps > 0): its certificates
     results.csv               one row per evaluation cell of the spec (rbfm.experiments.table)
     certificates.csv          per inference and radius: nominal and worst-case loss
 
@@ -32,15 +34,18 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from rbfm.atomic import atomic_csv, atomic_write
+from rbfm.atomic import atomic_write
 from rbfm.data.demos import Demos, load_demos, save_demos
 from rbfm.experiments.executors import Executor
 from rbfm.experiments.jobs import (
+    BaselineState,
+    CertJob,
     DemosJob,
     EvalEntry,
     EvalJob,
     InferJob,
     InferOutput,
+    run_cert,
     run_demos,
     run_eval,
     run_infer,
@@ -48,6 +53,7 @@ from rbfm.experiments.jobs import (
 from rbfm.experiments.plan import (
     NOMINAL,
     CeilingCell,
+    CertCell,
     DemosCell,
     EvalCell,
     InferCell,
@@ -55,7 +61,14 @@ from rbfm.experiments.plan import (
     plan,
 )
 from rbfm.experiments.spec import ExperimentSpec
-from rbfm.experiments.table import CeilingRow, ResultRow, write_ceiling_table, write_table
+from rbfm.experiments.table import (
+    CeilingRow,
+    CertificateRow,
+    ResultRow,
+    write_ceiling_table,
+    write_certificate_table,
+    write_table,
+)
 from rbfm.methods import BASELINE_METHODS
 
 # Episodes per evaluation job. Each episode holds its own MuJoCo environment (~10-13 MB):
@@ -91,6 +104,9 @@ class Store:
     def ceiling_record(self, cell: CeilingCell) -> Path:
         return self.root / "cells" / "ceiling" / f"{cell.id}.json"
 
+    def cert_record(self, cell: CertCell) -> Path:
+        return self.root / "cells" / "certificate" / f"{cell.id}.json"
+
     def read(self, path: Path) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(path.read_text())
         return data
@@ -111,7 +127,11 @@ class RunSummary:
 # while cells that cost 1000x more than others do not make it jump.
 _ENV_STEP = {"cheetah": 1 / 10_000, "walker": 1 / 4_000, "quadruped": 1 / 3_000}
 _FLOPS = 2e10  # a CPU core's useful float throughput on these small networks
-_CERTIFICATE = 6.0 / 300  # seconds per certificate step: the Heavy dual at six radii
+# Seconds per certificate step: the Heavy dual fitted at the three radii where its SoftTV
+# ball binds (~10 s per 1,000 steps each, measured on quadruped and walker), plus ~4 s
+# for the features and the exact solves.
+_CERTIFICATE = 3 * 10.0 / 1000
+_CERTIFICATE_FIXED = 4.0
 
 
 def _params(config: dict[str, Any], key: str, inp: int = 64) -> int:
@@ -120,12 +140,14 @@ def _params(config: dict[str, Any], key: str, inp: int = 64) -> int:
     return sum(a * b for a, b in itertools.pairwise(widths))
 
 
-Cell = DemosCell | InferCell | EvalCell | CeilingCell
+Cell = DemosCell | InferCell | EvalCell | CeilingCell | CertCell
 
 
-def cell_cost(cell: Cell, actor_params: dict[str, int], certificate_steps: int) -> float:
+def cell_cost(cell: Cell, actor_params: dict[str, int]) -> float:
     """Estimated seconds of one cell on one core (demonstrations and evaluation: env steps;
     inference: forward and backward passes of the networks it trains through)."""
+    if isinstance(cell, CertCell):
+        return _CERTIFICATE_FIXED + _CERTIFICATE * cell.steps
     if isinstance(cell, DemosCell):
         return cell.episodes * 1000 * _ENV_STEP[cell.model.domain] * 1.3
     if isinstance(cell, EvalCell | CeilingCell):
@@ -136,7 +158,7 @@ def cell_cost(cell: Cell, actor_params: dict[str, int], certificate_steps: int) 
     else:
         critic = 3 if cell.variant.method == "bedroil" else 1
         per_step = 6 * _params(cfg, "hidden") * cfg["batch_size"] * (1 + critic)
-    return cfg["steps"] * per_step / _FLOPS + _CERTIFICATE * certificate_steps
+    return cfg["steps"] * per_step / _FLOPS
 
 
 class _Progress:
@@ -227,25 +249,26 @@ def _save_infer(store: Store, cell: InferCell, out: InferOutput) -> None:
             "converged": out.converged,
             "extra": out.extra,
             "policy": str(policy_file.relative_to(store.root)),
-            "certificates": [dataclasses.asdict(c) for c in out.certificates],
         },
     )
 
 
-def _eval_entry(store: Store, cell: EvalCell) -> EvalEntry:
+def _stored_policy(store: Store, inf: InferCell) -> tuple[list[float] | None, BaselineState | None]:
+    """A finished inference's task vector (FB methods) or policy (baselines)."""
     from safetensors.numpy import load_file
 
     from rbfm.baselines.common import read_policy_meta
 
-    inf = cell.infer
-    record = store.read(store.infer_record(inf))
-    path = store.root / record["policy"]
-    z, pol = None, None
+    path = store.root / store.read(store.infer_record(inf))["policy"]
     if inf.variant.method in BASELINE_METHODS:
         meta = read_policy_meta(path.with_suffix(""))
-        pol = (inf.variant.method, meta, load_file(str(path.with_suffix(".safetensors"))))
-    else:
-        z = json.loads(path.read_text())["z"]
+        return None, (inf.variant.method, meta, load_file(str(path.with_suffix(".safetensors"))))
+    return json.loads(path.read_text())["z"], None
+
+
+def _eval_entry(store: Store, cell: EvalCell) -> EvalEntry:
+    inf = cell.infer
+    z, pol = _stored_policy(store, inf)
     return EvalEntry(
         cell.id,
         inf.demos.model.domain,
@@ -368,13 +391,14 @@ def run_experiment(
     infer_todo = [i for i in p.infers if not store.infer_record(i).exists()]
     eval_todo = [e for e in p.evals if not store.eval_record(e).exists()]
     ceiling_todo = [c for c in p.ceilings if not store.ceiling_record(c).exists()]
-    todo_cells: list[Cell] = [*demos_todo, *infer_todo, *eval_todo, *ceiling_todo]
+    cert_todo = [c for c in p.certs if not store.cert_record(c).exists()]
+    todo_cells: list[Cell] = [*demos_todo, *infer_todo, *eval_todo, *ceiling_todo, *cert_todo]
     skipped = p.total - len(todo_cells)
     actor = {ck: _actor_params(ck) for ck in {d.model.checkpoint for d in p.demos}}
-    cells: list[Cell] = [*p.demos, *p.infers, *p.evals, *p.ceilings]
-    costs = {c.id: cell_cost(c, actor, spec.certificate_steps) for c in cells}
+    cells: list[Cell] = [*p.demos, *p.infers, *p.evals, *p.ceilings, *p.certs]
+    costs = {c.id: cell_cost(c, actor) for c in cells}
     bar = _Progress(costs, {c.id for c in cells} - {c.id for c in todo_cells}, progress)
-    computed = {"demos": 0, "infer": 0, "eval": 0, "ceiling": 0}
+    computed = {"demos": 0, "infer": 0, "eval": 0, "ceiling": 0, "certificate": 0}
     try:
         jobs_d = [
             DemosJob(
@@ -410,7 +434,6 @@ def run_experiment(
                 drawn(i),
                 None if i.variant.preset is not None else i.demos.model.checkpoint,
                 str(store.policy(i)) + ".resume.pt" if i.variant.preset is not None else None,
-                spec.certificate_steps,
             )
             for i in infer_todo
         ]
@@ -446,6 +469,21 @@ def run_experiment(
                 )
             computed["ceiling"] += len(packed_c[i])
             bar.update([c.id for c in packed_c[i]])
+
+        # Last: a run stopped early has its returns before the certificates that explain them.
+        jobs_k = []
+        for c in cert_todo:
+            z, pol = _stored_policy(store, c.infer)
+            fb = c.infer.demos.model.checkpoint if z is not None else None
+            jobs_k.append(CertJob(drawn(c.infer), c.radii, c.steps, fb, z, pol))
+        for i, certs in _stage(executor, run_cert, jobs_k, bar, "certificates"):
+            rec = [dataclasses.asdict(c) for c in certs]
+            _write_json(
+                store.cert_record(cert_todo[i]),
+                {"infer": cert_todo[i].infer.id, "certificates": rec},
+            )
+            computed["certificate"] += 1
+            bar.update([cert_todo[i].id])
     finally:
         bar.close()
         executor.close()
@@ -507,51 +545,33 @@ def write_ceilings(store: Store, p: Plan) -> Path:
     return write_ceiling_table(store.root / "experts.csv", rows)
 
 
-CERTIFICATE_COLUMNS = (
-    "domain",
-    "dataset",
-    "task",
-    "expert",
-    "method",
-    "variant",
-    "eps",
-    "seed",
-    "set",
-    "radius",
-    "nominal_loss",
-    "worst_case_loss",
-    "policy",
-)
-
-
 def write_certificates(store: Store, p: Plan) -> Path:
-    """certificates.csv: per finished inference and radius, the nominal and worst-case
-    imitation loss under the TV set (exact) and the Heavy set (upper bound)."""
-    path = store.root / "certificates.csv"
-
+    """certificates.csv (`table.CertificateRow`): per finished certificate cell and radius,
+    the nominal and worst-case imitation loss under the TV set (exact) and the Heavy set
+    (upper bound)."""
     rows = []
-    for cell in p.infers:
-        rec_path = store.infer_record(cell)
+    for cert in p.certs:
+        rec_path = store.cert_record(cert)
         if not rec_path.exists():
             continue
-        rec = store.read(rec_path)
-        for c in rec["certificates"]:
-            values = (
-                cell.demos.model.domain,
-                cell.demos.model.dataset,
-                cell.demos.task,
-                cell.demos.expert.name,
-                cell.variant.method,
-                cell.variant.label,
-                "" if cell.variant.eps is None else cell.variant.eps,
-                cell.seed,
-                c["uncertainty_set"],
-                c["radius"],
-                f"{c['nominal']:.6g}",
-                f"{c['worst_case']:.6g}",
-                rec["policy"],
+        cell, d = cert.infer, cert.infer.demos
+        policy = store.read(store.infer_record(cell))["policy"]
+        for c in store.read(rec_path)["certificates"]:
+            rows.append(
+                CertificateRow(
+                    d.model.domain,
+                    d.model.dataset,
+                    d.task,
+                    d.expert.name,
+                    cell.variant.method,
+                    cell.variant.label,
+                    cell.variant.eps,
+                    cell.seed,
+                    c["uncertainty_set"],
+                    c["radius"],
+                    c["nominal"],
+                    c["worst_case"],
+                    policy,
+                )
             )
-            rows.append(dict(zip(CERTIFICATE_COLUMNS, values, strict=True)))
-    # The header is written even when no inference has finished.
-    atomic_csv(path, rows, CERTIFICATE_COLUMNS)
-    return path
+    return write_certificate_table(store.root / "certificates.csv", rows)

@@ -61,7 +61,8 @@ class ResultRow:
 
 
 COLUMNS = tuple(f.name for f in fields(ResultRow))
-_FLOATS = {"eps", "level", "mean", "std", "inference_seconds", "demonstrations_mean"}
+_FLOATS = {"eps", "level", "mean", "std", "inference_seconds", "demonstrations_mean", "radius"}
+_FLOATS |= {"nominal_loss", "worst_case_loss"}
 _INTS = {"seed", "episodes", "unstable"}
 _OPTIONAL = {"eps", "level"}
 _ADDED_LATER = {"expert"}  # columns older tables lack (read with their defaults)
@@ -74,7 +75,9 @@ def write_table(path: str | os.PathLike[str], rows: list[ResultRow]) -> Path:
     return path
 
 
-def _records(rows: Sequence[ResultRow | CeilingRow]) -> list[dict[str, object]]:
+def _records(
+    rows: Sequence[ResultRow | CeilingRow | CertificateRow],
+) -> list[dict[str, object]]:
     return [{k: "" if v is None else v for k, v in asdict(r).items()} for r in rows]
 
 
@@ -157,4 +160,57 @@ def read_ceilings(path: str | os.PathLike[str]) -> list[CeilingRow]:
                     raise ConfigError(f"{path}, line {line}: not an experts table ({e})") from e
     except OSError as e:
         raise ConfigError(f"{path}: cannot read the experts table ({e})") from e
+    return rows
+
+
+@dataclass(frozen=True)
+class CertificateRow:
+    """A row of an experiment's certificates.csv: one inferred policy's imitation loss on
+    its demonstrations, nominal and in the worst case over an uncertainty set ("tv": the
+    exact worst case; "heavy": an upper bound on it) of the given radius
+    (`rbfm.experiments.certificate`). `worst_case_loss` is inf where no bound was found."""
+
+    domain: str
+    dataset: str
+    task: str
+    expert: str
+    method: str
+    variant: str
+    eps: float | None
+    seed: int
+    set: str
+    radius: float
+    nominal_loss: float
+    worst_case_loss: float
+    policy: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.method} ({self.variant})" if self.variant else self.method
+
+
+CERTIFICATE_COLUMNS = tuple(f.name for f in fields(CertificateRow))
+
+
+def write_certificate_table(path: str | os.PathLike[str], rows: list[CertificateRow]) -> Path:
+    """Writes certificates.csv atomically (the header alone when there are no rows)."""
+    path = Path(path)
+    atomic_csv(path, _records(rows), CERTIFICATE_COLUMNS)
+    return path
+
+
+def read_certificates(path: str | os.PathLike[str]) -> list[CertificateRow]:
+    """The rows of a certificates.csv (`write_certificate_table`); errors name file and
+    line."""
+    rows = []
+    try:
+        with open(path, newline="") as f:
+            for line, rec in enumerate(csv.DictReader(f), start=2):
+                try:
+                    values = {c: _parse(c, rec[c]) for c in CERTIFICATE_COLUMNS}
+                    rows.append(CertificateRow(**values))  # type: ignore[arg-type]
+                except (KeyError, TypeError, ValueError) as e:
+                    raise ConfigError(f"{path}, line {line}: not a certificates table ({e})") from e
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the certificates table ({e})") from e
     return rows
