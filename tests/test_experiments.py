@@ -541,6 +541,9 @@ def test_the_grid_stages_are_slices_of_the_grid() -> None:
     assert _ids(certify) == _ids(q1) | _ids(q2)
     assert {c.infer.id for c in certify.certs} == {i.id for i in [*q1.infers, *q2.infers]}
     assert len(certify.certs) == 110 and not q1.certs and not q2.certs
+    # The grid runs as one stage per domain: together they are the grid.
+    parts = [_ids(plan(PRESETS[f"grid-{d}"])) for d in ("walker", "quadruped", "cheetah")]
+    assert set().union(*parts) == grid and sum(map(len, parts)) == len(grid)
     # datasize and sources share their walker:rnd-1m flip cells under joint friction.
     shared = _ids(plan(PRESETS["datasize"])) & _ids(plan(PRESETS["sources"]))
     assert len(shared) == 2 * (1 + 15 + 6 * 15 + 6)  # per expert: demos, infers, evals, ceilings
@@ -559,6 +562,7 @@ def test_the_grid_covers_every_shipped_default_model_and_question() -> None:
     labels = {(m.name, m.settings) for m in spec.methods}
     assert {("fbil", "default"), ("rbfm-light", "paper"), ("rbfm-heavy", "paper")} <= labels
     assert {"drbc", "bedroil"} <= {m.name for m in spec.methods}
-    for name in ("q1", "q2", "eps", "datasize", "sources", "certify", "grid"):
+    stages = ("q1", "q2", "eps", "datasize", "sources", "certify", "grid", "grid-walker")
+    for name in (*stages, "grid-quadruped", "grid-cheetah"):
         s = PRESETS[name]
         assert (s.episodes, s.experts, s.seeds) == (20, ("own", "noisy"), (0, 1, 2, 3, 4)), name

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import sys
+import textwrap
 import time
 import warnings
 from collections.abc import Sequence
@@ -534,6 +535,13 @@ class _Help(argparse.HelpFormatter):
             text += " (default: %(default)s)"
         return text
 
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        # Not at hyphens: names such as grid-walker are read and copied whole.
+        flat = " ".join(text.split())
+        return textwrap.fill(
+            flat, width, initial_indent=indent, subsequent_indent=indent, break_on_hyphens=False
+        )
+
 
 def _command(
     sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, **kwargs: Any
@@ -543,6 +551,7 @@ def _command(
 
 def build_parser() -> argparse.ArgumentParser:
     from rbfm.envs import DOMAINS
+    from rbfm.experiments.spec import PRESETS
     from rbfm.exploration import AGENTS, RND_PRESETS
 
     parser = argparse.ArgumentParser(
@@ -872,8 +881,7 @@ def build_parser() -> argparse.ArgumentParser:
         "resumably, locally or on Ray; results table and figures",
         description="Runs demonstrations -> task inference / baseline training -> evaluation "
         "as cells with stable ids, each stored atomically under --out. Killed and rerun, it "
-        "skips finished cells. Presets: smoke, slice, cpu, converge, q1, eps, datasize, q2, "
-        "sources, certify, grid, paper (see rbfm.experiments.spec).",
+        f"skips finished cells. Presets: {', '.join(PRESETS)} (see rbfm.experiments.spec).",
     )
     p.add_argument("spec", help="a preset name or a .toml spec file")
     p.add_argument("--out", default=None, help="run directory (default: runs/experiments/NAME)")
