@@ -175,18 +175,18 @@ def test_grid_figure_panels_lines_and_styles(rows: list[ResultRow]) -> None:
     fig = grid_figure(rows, "walker")  # dataset: the first found, "rnd"
     assert len(fig.axes) == 4
     assert [ax.get_title() for ax in fig.axes] == [
-        "walk / body_mass",
-        "walk / joint_friction",
-        "run / body_mass",
-        "run / joint_friction",
+        "walk / body mass",
+        "walk / joint friction",
+        "run / body mass",
+        "run / joint friction",
     ]
     assert "(rnd)" in fig.get_suptitle()
     labels = ["FB-IL", "RBFM-Heavy (eps=0.4)", "RBFM-Heavy (eps=0.8)", "DRBC"]  # display names
     for ax in fig.axes:
         assert _lines(ax) == labels
         assert len(ax.collections) == 4  # a CI band per line
-    assert fig.axes[0].get_xlabel() == "body_mass (% increase)"
-    assert fig.axes[1].get_xlabel() == "joint_friction (Nm)"
+    assert fig.axes[0].get_xlabel() == "body mass (% increase)"
+    assert fig.axes[1].get_xlabel() == "joint friction (Nm)"
     # One shared legend, paper order.
     assert len(fig.legends) == 1
     assert [t.get_text() for t in fig.legends[0].get_texts()] == labels
@@ -209,7 +209,7 @@ def test_grid_figure_panels_lines_and_styles(rows: list[ResultRow]) -> None:
 
 def test_grid_other_dataset_and_nominal_only(rows: list[ResultRow]) -> None:
     fig = grid_figure(rows, "walker", dataset="rnd-100k")
-    assert [ax.get_title() for ax in fig.axes] == ["walk / body_mass", "run / body_mass"]
+    assert [ax.get_title() for ax in fig.axes] == ["walk / body mass", "run / body mass"]
     assert _lines(fig.axes[0]) == ["FB-IL", "RBFM-Heavy (eps=0.4)"]
     nominal = [
         _row("rnd", t, lab, s, "none", None, float(s))
@@ -236,8 +236,8 @@ def test_families_that_grow_downwards_are_drawn_with_x_inverted() -> None:
     ]
     fig = grid_figure(rows, "cheetah")
     assert [ax.get_xlabel() for ax in fig.axes] == [
-        "joint_friction (Nm)",
-        "range_of_motion (% retained)",
+        "joint friction (Nm)",
+        "range of motion (% retained)",
     ]
     assert [ax.xaxis_inverted() for ax in fig.axes] == [False, True]
 

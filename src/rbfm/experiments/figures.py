@@ -110,14 +110,25 @@ def _styles(rows: Sequence[ResultRow]) -> dict[str, _Style]:
     return styles
 
 
+def family_text(family: str) -> str:
+    """A family as figures write it: "body mass" for the id body_mass."""
+    return family.replace("_", " ")
+
+
+def _expert_note(rows: Sequence[ResultRow]) -> str:
+    """ ", noisy expert" in a title when the rows' demonstrations are not the model's own."""
+    experts = {r.expert for r in rows}
+    return "" if experts == {"own"} else f", {', '.join(sorted(experts))} expert"
+
+
 def unit(domain: str, family: str) -> str:
     """The x-axis label of a family: its name and the paper's unit."""
     if family == NOMINAL:
         return "nominal"
     try:
-        return f"{family} ({get_perturbation(domain, family).unit})"
+        return f"{family_text(family)} ({get_perturbation(domain, family).unit})"
     except ConfigError:
-        return f"{family} (level)"
+        return f"{family_text(family)} (level)"
 
 
 def _decreasing(domain: str, family: str) -> bool:
@@ -276,11 +287,10 @@ def grid_figure(
                 and c.expert in experts
             ]
             _draw_ceiling(ax, here)
-            ax.set_title(f"{task} / {family}", fontsize=9)
+            ax.set_title(f"{task} / {family_text(family)}", fontsize=9)
             if j == 0:
                 ax.set_ylabel(f"{task}\nreturn", fontsize=8)
-    named = "" if experts == {"own"} else f", {', '.join(sorted(experts))} expert"
-    _suptitle(fig, f"{domain} ({dataset}{named}): return under each perturbation")
+    _suptitle(fig, f"{domain} ({dataset}{_expert_note(mine)}): return under each perturbation")
     drawn = any(EXPERT_NAME in ax.get_legend_handles_labels()[1] for ax in axes.flat)
     _shared_legend(fig, axes.flat, caption=BAND_CAPTION + (CEILING_CAPTION if drawn else ""))
     return fig
@@ -329,7 +339,10 @@ def baselines_figure(
 ) -> Figure:
     """Figure 5: one family, a panel per task, every label (FB methods and baselines)."""
     mine, dataset = select(rows, domain, dataset, family=family)
-    title = f"{domain} ({dataset}): FB methods and baselines under {family}"
+    title = (
+        f"{domain} ({dataset}{_expert_note(mine)}): FB methods and baselines under "
+        f"{family_text(family)}"
+    )
     return _panel_row(rows, mine, "task", domain, family, title, share_y=False)
 
 
@@ -353,7 +366,7 @@ def datasets_figure(rows: Sequence[ResultRow], domain: str, task: str, family: s
     mine = [r for r in mine if r.task == task]
     require(mine, "family", family, f"in {domain}/{task}")
     mine = [r for r in mine if r.family == family]
-    title = f"{domain} {task} under {family}: by dataset"
+    title = f"{domain} {task} under {family_text(family)}: by dataset{_expert_note(mine)}"
     return _panel_row(rows, mine, "dataset", domain, family, title, share_y=True)
 
 
@@ -399,7 +412,10 @@ def eps_figure(
     ax = axes[0, 0]
     _draw_panel(ax, aggregate(mine), styles, domain, family, names)
     ax.set_ylabel("return", fontsize=8)
-    title = f"{domain} {task} ({dataset}): {display_label(method)} by radius under {family}"
+    title = (
+        f"{domain} {task} ({dataset}{_expert_note(mine)}): {display_label(method)} by radius "
+        f"under {family_text(family)}"
+    )
     ax.set_title(title, fontsize=9)
     _shared_legend(fig, [ax], ncol=min(len(labels), 3))
     return fig
