@@ -273,6 +273,19 @@ def test_baselines_datasets_and_eps_figures(rows: list[ResultRow]) -> None:
     with pytest.raises(ConfigError, match="no radius"):
         eps_figure(rows, "walker", "run", "body_mass", method="fbil")
 
+    # Titles write families as words and name an expert other than the model's own.
+    noisy = [dataclasses.replace(r, expert="noisy") for r in rows]
+    titles = [
+        baselines_figure(rows, "walker", "joint_friction").get_suptitle(),
+        baselines_figure(noisy, "walker", "joint_friction").get_suptitle(),
+        datasets_figure(noisy, "walker", "walk", "body_mass").get_suptitle(),
+        eps_figure(noisy, "walker", "run", "body_mass").axes[0].get_title(),
+    ]
+    assert titles[0] == "walker (rnd): FB methods and baselines under joint friction"
+    assert titles[1] == "walker (rnd, noisy expert): FB methods and baselines under joint friction"
+    assert titles[2] == "walker walk under body mass: by dataset, noisy expert"
+    assert titles[3] == "walker run (rnd, noisy expert):\nRBFM-Heavy by radius under body mass"
+
 
 def test_unknown_names_raise_config_errors(rows: list[ResultRow]) -> None:
     with pytest.raises(ConfigError, match=r"domain 'cheetah'.*present: walker"):
@@ -590,19 +603,27 @@ def test_certificates_round_trip_and_their_table_says_mean_and_ci_per_method(
     path = write_certificate_table(tmp_path / "certificates.csv", certs)
     assert read_certificates(path) == certs  # inf survives the round trip
     table = certificates_table(certs).splitlines()
-    header = (
-        "| domain | dataset | task | method | nominal | TV 0.2 | TV 0.8 | Heavy 0.2 | Heavy 0.8 |"
-    )
-    assert table[0] == header
+    columns = "nominal | TV 0.2 | TV 0.8 | Heavy 0.2 | Heavy 0.8"
+    assert table[0] == f"| domain | dataset | task | expert | method | {columns} |"
     # FB-IL first (the paper's order), whatever the order of the rows; means over seeds.
-    assert table[2].startswith("| walker | rnd | walk | FB-IL | 0.1 +- 0 | 0.51 +- 0.025 |")
-    assert table[3].startswith(
-        "| walker | rnd | walk | RBFM-Heavy | 0.1 +- 0 | inf (1 of 3 seeds) |"
+    first = "| walker | rnd | walk | own"
+    assert table[2].startswith(f"{first} | FB-IL | 0.1 +- 0 | 0.51 +- 0.025 |")
+    assert table[3].startswith(f"{first} | RBFM-Heavy | 0.1 +- 0 | not finite (1 of 3 seeds) |")
+    # Another expert's certificates are other rows, never pooled with these.
+    noisy = [dataclasses.replace(c, expert="noisy", nominal_loss=0.5) for c in certs]
+    table = certificates_table(certs + noisy).splitlines()
+    assert len(table) == 6 and table[4].startswith(
+        "| walker | rnd | walk | noisy | FB-IL | 0.5 +- 0"
+    )
+    # A NaN loss (a broken policy) is read back and shown, not rejected or dropped.
+    nan = [dataclasses.replace(c, worst_case_loss=math.nan) for c in certs]
+    assert "not finite (3 of 3" in certificates_table(
+        read_certificates(write_certificate_table(tmp_path / "nan.csv", nan))
     )
     # tables.md gets the section only when the run has certificates, per expert.
     written = draw_all(write_table(tmp_path / "r.csv", rows), tmp_path / "a", 50, None, path)
     md = next(p for p in written if p.name == "tables.md").read_text()
-    assert "## Robustness certificates" in md and "| RBFM-Heavy | 0.1 +- 0 | inf" in md
+    assert "## Robustness certificates" in md and "| RBFM-Heavy | 0.1 +- 0 | not finite" in md
     written = draw_all(tmp_path / "r.csv", tmp_path / "b", 50)
     md = next(p for p in written if p.name == "tables.md").read_text()
     assert "Robustness certificates" not in md

@@ -525,6 +525,40 @@ def test_evaluation_outputs_follow_the_job_order_whatever_the_policy_kinds(
     assert together[0].returns[0] != together[1].returns[0]
 
 
+def test_certificates_of_a_baseline_read_its_raw_state_action_pairs(checkpoint: str) -> None:
+    """A baseline's certificates: its own action errors, and the Heavy critic on raw (s, a)
+    and (s', a') pairs, as BE-DROIL's (no FB features: a baseline has no model)."""
+    from rbfm.baselines.drbc import DeterministicPolicy
+    from rbfm.experiments import jobs
+
+    z = read_meta(checkpoint)["task_z"]["walk"]
+    demos = jobs.run_demos(jobs.DemosJob(checkpoint, "cheetah", "walk", z, 1, 0, noise=0.3))
+    torch.manual_seed(0)
+    policy = DeterministicPolicy(17, 6, (8,))
+    state = {k: v.numpy() for k, v in policy.state_dict().items()}
+    meta = {"obs_dim": 17, "action_dim": 6, "config": {"hidden": [8]}}
+    job = jobs.CertJob(demos, (0.2, 0.8), 5, policy=("drbc", meta, state))
+    t = {k: torch.as_tensor(v) for k, v in demos.transitions().items()}
+    with torch.no_grad():
+        losses = (policy(t["observation"]) - t["action"]).square().sum(-1)
+    feat = torch.cat([t["observation"], t["action"]], -1)
+    nxt = torch.cat([t["next_observation"], t["next_action"]], -1)
+    expected = tv_certificates(losses, (0.2, 0.8)) + heavy_certificates(
+        losses, feat, nxt, (0.2, 0.8), 5
+    )
+    assert jobs.run_cert(job) == expected
+    assert expected[0].nominal > 0.1  # an untrained policy: the losses are not trivially 0
+
+
+def test_cell_ids_are_pinned() -> None:
+    """Runs of hours are resumed by cell id: a change to what ids hash (or how) would
+    silently recompute everything. These are q1's ids as its first run stored them; they
+    change only with the shipped models' weights or the cells' defining settings."""
+    p = plan(PRESETS["q1"])
+    ids = (p.demos[0].id, p.infers[0].id, p.evals[0].id, p.ceilings[0].id)
+    assert ids == ("4deb62d31d346b40", "7c71e146263291e6", "d37304d7278fc466", "73b2ae98f6890dc0")
+
+
 def _ids(p: Plan) -> set[str]:
     return {c.id for c in [*p.demos, *p.infers, *p.evals, *p.ceilings]}
 

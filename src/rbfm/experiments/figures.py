@@ -412,8 +412,8 @@ def eps_figure(
     ax = axes[0, 0]
     _draw_panel(ax, aggregate(mine), styles, domain, family, names)
     ax.set_ylabel("return", fontsize=8)
-    title = (
-        f"{domain} {task} ({dataset}{_expert_note(mine)}): {display_label(method)} by radius "
+    title = (  # two lines: one would overflow the single panel
+        f"{domain} {task} ({dataset}{_expert_note(mine)}):\n{display_label(method)} by radius "
         f"under {family_text(family)}"
     )
     ax.set_title(title, fontsize=9)

@@ -21,7 +21,7 @@ from typing import Any
 
 from rbfm.envs import DOMAINS, PERTURBATIONS, TASKS, get_perturbation
 from rbfm.errors import ConfigError, RbfmError
-from rbfm.experiments.certificate import RADII
+from rbfm.experiments.certificate import HEAVY, RADII
 from rbfm.experiments.spec import (
     EXPERT_KINDS,
     NOISY_STD,
@@ -484,7 +484,7 @@ def _certs(infers: list[InferCell], steps: int) -> list[CertCell]:
     out = []
     for i in infers if steps else []:
         radii = tuple(sorted({*RADII, *([] if i.variant.eps is None else [i.variant.eps])}))
-        payload = {"infer": i.id, "radii": radii, "steps": steps}
+        payload = {"infer": i.id, "radii": radii, "steps": steps, **dataclasses.asdict(HEAVY)}
         out.append(CertCell(cell_id("certificate", payload), i, radii, steps))
     return out
 

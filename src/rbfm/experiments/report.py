@@ -1,5 +1,5 @@
 """Markdown tables of an experiment's results: Table 1 (inference time), returns per
-level, and the IQM comparison."""
+level, the IQM comparison, the experts' own returns and the robustness certificates."""
 
 from __future__ import annotations
 
@@ -161,9 +161,10 @@ def ceilings_table(ceilings: Sequence[CeilingRow]) -> str:
     return markdown(header, body)
 
 
-# The radii the certificates table shows: the defaults' (0.8, where the SoftTV ball holds
-# every distribution on the demonstrations, so the Heavy value is the Bellman-flow worst
-# case, solved exactly) and the smallest (where both balls bind).
+# The radii the certificates table shows: RBFM-Light's and RBFM-Heavy's default, 0.8
+# (where the SoftTV ball holds every distribution on the demonstrations, so the Heavy
+# value is the Bellman-flow worst case, solved exactly), and the smallest, where both
+# balls bind. certificates.csv has every radius (DRBC's default 0.5 among them).
 CERTIFICATE_RADII = (0.2, 0.8)
 
 
@@ -171,8 +172,8 @@ def _loss_text(values: list[float]) -> str:
     if not values:
         return "-"
     finite = [v for v in values if math.isfinite(v)]
-    if len(finite) < len(values):
-        return f"inf ({len(values) - len(finite)} of {len(values)} seeds)"
+    if len(finite) < len(values):  # inf: no finite bound found; nan: a broken policy
+        return f"not finite ({len(values) - len(finite)} of {len(values)} seeds)"
     mean, ci = mean_ci(np.array(finite))
     if ci <= 1e-9 * abs(mean):  # equal values: the rounding residue of their mean, not spread
         ci = 0.0
@@ -180,33 +181,31 @@ def _loss_text(values: list[float]) -> str:
 
 
 def certificates_table(certs: Sequence[CertificateRow]) -> str:
-    """Per (domain, dataset, task, label): each policy's imitation loss on its
+    """Per (domain, dataset, task, expert, label): each policy's imitation loss on its
     demonstrations, nominal and in the worst case over the TV set (exact) and the Heavy set
     (an upper bound) at CERTIFICATE_RADII; mean +- 95% CI over seeds."""
     radii = [r for r in CERTIFICATE_RADII if any(c.radius == r for c in certs)]
     columns = [(kind, r) for kind in ("tv", "heavy") for r in radii]
-    first: dict[tuple[str, str, str, str], CertificateRow] = {}
+    Key = tuple[str, str, str, str, str]
+    groups: dict[Key, list[CertificateRow]] = {}
     for c in certs:
-        first.setdefault((c.domain, c.dataset, c.task, c.label), c)
-    tasks = {t: i for i, t in enumerate(unique(k[:3] for k in first))}
-    order = sorted(
-        first,
-        key=lambda k: (
-            tasks[k[:3]],
-            method_rank(first[k].method),
-            -math.inf if first[k].eps is None else first[k].eps,
-            first[k].variant,
-        ),
-    )
+        groups.setdefault((c.domain, c.dataset, c.task, c.expert, c.label), []).append(c)
+    tasks = {t: i for i, t in enumerate(unique(k[:4] for k in groups))}
+
+    def order(k: Key) -> tuple[int, int, str, float, str]:
+        c = groups[k][0]
+        eps = -math.inf if c.eps is None else c.eps
+        return (tasks[k[:4]], method_rank(c.method), c.method, eps, c.variant)
+
     body = []
-    for key in order:
-        mine = [c for c in certs if (c.domain, c.dataset, c.task, c.label) == key]
+    for key in sorted(groups, key=order):
+        mine = groups[key]
         nominal = {c.seed: c.nominal_loss for c in mine}
-        row = [key[0], key[1], key[2], display_label(key[3]), _loss_text(list(nominal.values()))]
+        row = [*key[:4], display_label(key[4]), _loss_text(list(nominal.values()))]
         for kind, r in columns:
             values = [c.worst_case_loss for c in mine if (c.set, c.radius) == (kind, r)]
             row.append(_loss_text(values))
         body.append(row)
-    header = ["domain", "dataset", "task", "method", "nominal"]
+    header = ["domain", "dataset", "task", "expert", "method", "nominal"]
     header += [f"{'TV' if kind == 'tv' else 'Heavy'} {r:g}" for kind, r in columns]
     return markdown(header, body)

@@ -65,6 +65,8 @@ _FLOATS = {"eps", "level", "mean", "std", "inference_seconds", "demonstrations_m
 _FLOATS |= {"nominal_loss", "worst_case_loss"}
 _INTS = {"seed", "episodes", "unstable"}
 _OPTIONAL = {"eps", "level"}
+# A NaN return or loss is a result (a policy that broke), shown as such, never dropped.
+_NAN_ALLOWED = {"mean", "nominal_loss", "worst_case_loss"}
 _ADDED_LATER = {"expert"}  # columns older tables lack (read with their defaults)
 
 
@@ -86,7 +88,7 @@ def _parse(name: str, value: str) -> object:
         return None
     if name in _FLOATS:
         x = float(value)
-        if math.isnan(x) and name != "mean":
+        if math.isnan(x) and name not in _NAN_ALLOWED:
             raise ValueError(f"{name} is NaN")
         return x
     if name in _INTS:
