@@ -630,3 +630,19 @@ def test_certificates_round_trip_and_their_table_says_mean_and_ci_per_method(
     (tmp_path / "bad.csv").write_text("domain,task\nwalker,walk\n")
     with pytest.raises(ConfigError, match="line 2: not a certificates table"):
         read_certificates(tmp_path / "bad.csv")
+
+
+def test_a_redrawing_writes_the_same_bytes(rows: list[ResultRow], tmp_path: Path) -> None:
+    """Rerunning a finished grid redraws its figures: the same files, byte for byte (no
+    dates in the SVGs, no software versions in the PNGs, a seeded bootstrap), so a rerun
+    leaves docs/results unchanged."""
+    walker = [r for r in rows if r.dataset == "rnd" and r.family == "body_mass"]
+    table = write_table(tmp_path / "r.csv", walker)
+    first = draw_all(table, tmp_path / "a", iqm_reps=50)
+    again = draw_all(table, tmp_path / "b", iqm_reps=50)
+    assert [p.relative_to(tmp_path / "a") for p in first] == [
+        p.relative_to(tmp_path / "b") for p in again
+    ]
+    assert {p.suffix for p in first} == {".png", ".svg", ".md"}
+    for a, b in zip(first, again, strict=True):
+        assert a.read_bytes() == b.read_bytes(), a.name
