@@ -15,6 +15,7 @@ from rbfm.experiments.verdicts import (
     gap_table,
     readings,
     readings_table,
+    settings_table,
     strongest,
     verdict,
 )
@@ -169,3 +170,25 @@ def test_the_strongest_level_is_one_every_method_has() -> None:
     ]
     kept = {r.level for r in strongest(unfinished) if r.family == "gravity"}
     assert kept == {get_perturbation("walker", "gravity").levels[4]}
+
+
+def test_the_settings_table_reads_each_method_against_itself_at_the_papers_settings() -> None:
+    rows = _rows({"fbil": 0.0, "rbfm-light": 0.0, "rbfm-heavy": 0.0}, spread=1.0)
+    assert settings_table(rows) == ""  # nothing run both ways
+    # The paper's settings of RBFM-Heavy far behind at every level, RBFM-Light's level.
+    paper = [
+        dataclasses.replace(
+            r, variant="paper", mean=r.mean - (100.0 if r.method == "rbfm-heavy" else 0.0)
+        )
+        for r in rows
+        if r.method != "fbil"
+    ]
+    table = settings_table(rows + paper, reps=200).splitlines()
+    assert table[0].startswith("| expert | domain | dataset | levels | method | default settings")
+    lines = [line.split(" | ") for line in table[2:]]
+    assert [(c[3], c[4], c[-1]) for c in lines] == [
+        ("all", "RBFM-Heavy", "default ahead |"),
+        ("strongest", "RBFM-Heavy", "default ahead |"),
+        ("all", "RBFM-Light", "CIs overlap |"),
+        ("strongest", "RBFM-Light", "CIs overlap |"),
+    ]

@@ -226,3 +226,45 @@ def gap_table(rows: Sequence[ResultRow]) -> str:
         else ""
     )
     return markdown(header, [b + ["-"] * (len(header) - len(b)) for b in body]) + note
+
+
+# The label of a method run at the paper's settings (`MethodEntry(settings="paper")`).
+PAPER_SETTINGS = "paper"
+
+
+def settings_table(rows: Sequence[ResultRow], reps: int = IQM_REPS) -> str:
+    """Markdown: what convergence changes. Per expert, domain, dataset and robust method
+    run both ways, its IQM [95% CI] at rbfm's converged default settings and at the paper's
+    (Tables 5-7), over every family and level and at the strongest levels, and which is
+    ahead where the CIs are disjoint. Empty when no method was run both ways."""
+    nonempty(rows)
+    body = []
+    for key in unique((r.expert, r.domain, r.dataset) for r in rows):
+        mine = [r for r in rows if (r.expert, r.domain, r.dataset) == key]
+        for method in PAPER_ORDER[:2]:
+            paper = f"{method} ({PAPER_SETTINGS})"
+            both = [r for r in mine if r.label in (method, paper)]
+            if {r.label for r in both} != {method, paper}:
+                continue
+            for levels, chosen in (("all", both), ("strongest", strongest(both))):
+                est = {e.label: e for e in iqm_estimates(chosen, reps=reps).estimates}
+                if set(est) != {method, paper}:
+                    continue
+                sign = compare(est[method], est[paper])
+                text = {">": "default ahead", "<": "paper's ahead", "~": "CIs overlap"}[sign]
+                body.append(
+                    [
+                        *key,
+                        levels,
+                        display_label(method),
+                        *(
+                            f"{est[m].iqm:.1f} [{est[m].low:.1f}, {est[m].high:.1f}]"
+                            for m in (method, paper)
+                        ),
+                        text,
+                    ]
+                )
+    if not body:
+        return ""
+    header = ["expert", "domain", "dataset", "levels", "method", "default settings"]
+    return markdown([*header, "paper's settings", "reading"], body)
