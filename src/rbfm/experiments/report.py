@@ -15,7 +15,7 @@ from rbfm.experiments.stats import (
     IqmResult,
     aggregate,
     iqm_estimates,
-    method_rank,
+    label_key,
     nonempty,
     ordered_labels,
     unique,
@@ -192,10 +192,8 @@ def certificates_table(certs: Sequence[CertificateRow]) -> str:
         groups.setdefault((c.domain, c.dataset, c.task, c.expert, c.label), []).append(c)
     tasks = {t: i for i, t in enumerate(unique(k[:4] for k in groups))}
 
-    def order(k: Key) -> tuple[int, int, str, float, str]:
-        c = groups[k][0]
-        eps = -math.inf if c.eps is None else c.eps
-        return (tasks[k[:4]], method_rank(c.method), c.method, eps, c.variant)
+    def order(k: Key) -> tuple[int, tuple[int, str, float, str]]:
+        return (tasks[k[:4]], label_key(groups[k][0]))
 
     body = []
     for key in sorted(groups, key=order):

@@ -16,7 +16,7 @@ import numpy as np
 from rbfm.envs import families as domain_families
 from rbfm.errors import ConfigError
 from rbfm.evaluation.stats import mean_ci, stratified_iqm
-from rbfm.experiments.table import ResultRow
+from rbfm.experiments.table import CertificateRow, ResultRow
 from rbfm.methods import NAMES
 
 NOMINAL = "none"
@@ -46,7 +46,8 @@ def method_rank(method: str) -> int:
     return NAMES.index(method) if method in NAMES else len(NAMES)
 
 
-def label_key(row: ResultRow) -> tuple[int, str, float, str]:
+def label_key(row: ResultRow | CertificateRow) -> tuple[int, str, float, str]:
+    """A row's label in the paper's order: method, then eps, then variant."""
     eps = -math.inf if row.eps is None else row.eps
     return (method_rank(row.method), row.method, eps, row.variant)
 

@@ -29,6 +29,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import TypeVar
 
 from rbfm.atomic import atomic_csv
 from rbfm.errors import ConfigError
@@ -151,18 +152,7 @@ def write_ceiling_table(path: str | os.PathLike[str], rows: list[CeilingRow]) ->
 
 def read_ceilings(path: str | os.PathLike[str]) -> list[CeilingRow]:
     """The rows of an experts.csv (`write_ceiling_table`); errors name file and line."""
-    rows = []
-    try:
-        with open(path, newline="") as f:
-            for line, rec in enumerate(csv.DictReader(f), start=2):
-                try:
-                    values = {c: _parse(c, rec[c]) for c in CEILING_COLUMNS}
-                    rows.append(CeilingRow(**values))  # type: ignore[arg-type]
-                except (KeyError, TypeError, ValueError) as e:
-                    raise ConfigError(f"{path}, line {line}: not an experts table ({e})") from e
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read the experts table ({e})") from e
-    return rows
+    return _read_rows(path, CeilingRow, "experts")
 
 
 @dataclass(frozen=True)
@@ -204,15 +194,26 @@ def write_certificate_table(path: str | os.PathLike[str], rows: list[Certificate
 def read_certificates(path: str | os.PathLike[str]) -> list[CertificateRow]:
     """The rows of a certificates.csv (`write_certificate_table`); errors name file and
     line."""
+    return _read_rows(path, CertificateRow, "certificates")
+
+
+R = TypeVar("R", CeilingRow, CertificateRow)
+
+
+def _read_rows(path: str | os.PathLike[str], row: type[R], what: str) -> list[R]:
+    """Every line of a CSV written from `row` dataclasses, parsed by column name."""
+    columns = [f.name for f in fields(row)]
+    article = "an" if what[0] in "aeiou" else "a"
     rows = []
     try:
         with open(path, newline="") as f:
             for line, rec in enumerate(csv.DictReader(f), start=2):
                 try:
-                    values = {c: _parse(c, rec[c]) for c in CERTIFICATE_COLUMNS}
-                    rows.append(CertificateRow(**values))  # type: ignore[arg-type]
+                    values = {c: _parse(c, rec[c]) for c in columns}
+                    rows.append(row(**values))  # type: ignore[arg-type]
                 except (KeyError, TypeError, ValueError) as e:
-                    raise ConfigError(f"{path}, line {line}: not a certificates table ({e})") from e
+                    message = f"{path}, line {line}: not {article} {what} table ({e})"
+                    raise ConfigError(message) from e
     except OSError as e:
-        raise ConfigError(f"{path}: cannot read the certificates table ({e})") from e
+        raise ConfigError(f"{path}: cannot read the {what} table ({e})") from e
     return rows
