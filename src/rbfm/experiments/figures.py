@@ -438,11 +438,12 @@ def plot_eps(
 # Interquartile mean across tasks (rliable)
 
 
-def _iqm_draw(result: IqmResult, styles: dict[str, _Style], experts: set[str]) -> Figure:
+def _iqm_draw(result: IqmResult, rows: Sequence[ResultRow]) -> Figure:
     if not result.estimates:
         raise ConfigError("no label can be compared for an IQM: " + "; ".join(result.notes))
     fig, axes = _new_figure(1, 1, w=5.0, h=0.5 + 0.45 * len(result.estimates))
     ax = axes[0, 0]
+    styles = _styles(rows)
     for i, e in enumerate(result.estimates):
         st = styles[e.label]
         ax.barh(i, e.high - e.low, left=e.low, height=0.6, color=st.colour, alpha=0.75)
@@ -454,14 +455,19 @@ def _iqm_draw(result: IqmResult, styles: dict[str, _Style], experts: set[str]) -
     ax.margins(x=0.15)
     ax.set_xlabel(f"IQM return ({result.scope})", fontsize=8)
     title = "Interquartile mean of the returns, per method"
+    experts = {r.expert for r in rows}
     if experts != {"own"}:  # the paper's protocol goes unnamed, as in every other figure
         title += f"\n({', '.join(sorted(experts))} expert)"
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, axis="x")
+    # A table of several models (the sources stage) pools them all: the caption says so.
+    models = unique(f"{r.domain} {r.dataset}" for r in rows)
+    pooled = f" of {len(models)} models ({', '.join(models)})" if len(models) > 1 else ""
     _caption(
         fig,
-        f"Tick: IQM over {result.tasks} task-level combinations x seeds. Bar: its 95% "
-        "stratified-bootstrap CI (rliable), resampling seeds within each combination.",
+        f"Tick: IQM over the seeds of {result.tasks} (task, family, level) combinations"
+        f"{pooled}. Bar: its 95% stratified-bootstrap CI (rliable), resampling seeds within "
+        "each combination.",
     )
     return fig
 
@@ -481,7 +487,7 @@ def iqm_figure(
 ) -> Figure:
     """Horizontal interval bars (95% CI) with the IQM marked, a bar per label, paper order."""
     result = iqm_estimates(rows, family, level, reps, seed)
-    return _iqm_draw(result, _styles(rows), {r.expert for r in rows})
+    return _iqm_draw(result, rows)
 
 
 def plot_iqm(
@@ -601,7 +607,7 @@ def _draw_rows(
 
     iqm = iqm_estimates(rows, reps=iqm_reps)
     if iqm.estimates:
-        fig = _iqm_draw(iqm, _styles(rows), {r.expert for r in rows})
+        fig = _iqm_draw(iqm, rows)
         draw("iqm", partial(save_figure, fig))
     tables = out_dir / "tables.md"
     tables.write_text(

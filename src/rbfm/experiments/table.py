@@ -35,6 +35,11 @@ from rbfm.atomic import atomic_csv
 from rbfm.errors import ConfigError
 
 
+def method_label(method: str, variant: str) -> str:
+    """The line a figure draws: the method, with its variant when it has one."""
+    return f"{method} ({variant})" if variant else method
+
+
 @dataclass(frozen=True)
 class ResultRow:
     domain: str
@@ -57,8 +62,7 @@ class ResultRow:
 
     @property
     def label(self) -> str:
-        """The line a figure draws: the method, with its variant when it has one."""
-        return f"{self.method} ({self.variant})" if self.variant else self.method
+        return method_label(self.method, self.variant)
 
 
 COLUMNS = tuple(f.name for f in fields(ResultRow))
@@ -178,7 +182,7 @@ class CertificateRow:
 
     @property
     def label(self) -> str:
-        return f"{self.method} ({self.variant})" if self.variant else self.method
+        return method_label(self.method, self.variant)
 
 
 CERTIFICATE_COLUMNS = tuple(f.name for f in fields(CertificateRow))

@@ -21,7 +21,7 @@ from rbfm.errors import ConfigError
 from rbfm.evaluation.stats import mean_ci
 from rbfm.experiments.report import markdown
 from rbfm.experiments.stats import IQM_REPS, IqmEstimate, iqm_estimates, nonempty, unique
-from rbfm.experiments.table import ResultRow
+from rbfm.experiments.table import ResultRow, method_label
 from rbfm.methods import display_label
 
 # The paper's claim, strongest first: each method should beat the next.
@@ -242,7 +242,7 @@ def settings_table(rows: Sequence[ResultRow], reps: int = IQM_REPS) -> str:
     for key in unique((r.expert, r.domain, r.dataset) for r in rows):
         mine = [r for r in rows if (r.expert, r.domain, r.dataset) == key]
         for method in PAPER_ORDER[:2]:
-            paper = f"{method} ({PAPER_SETTINGS})"
+            paper = method_label(method, PAPER_SETTINGS)
             both = [r for r in mine if r.label in (method, paper)]
             if {r.label for r in both} != {method, paper}:
                 continue
