@@ -16,6 +16,7 @@ from rbfm.experiments.verdicts import (
     readings,
     readings_table,
     settings_table,
+    several_tasks,
     strongest,
     verdict,
 )
@@ -117,6 +118,28 @@ def test_a_missing_method_is_named_not_compared() -> None:
     assert readings(rows, reps=100)[0].verdict == missing
     table = readings_table(rows, reps=100)
     assert "| walker | rnd | strongest | 3 |" in table
+
+
+def test_per_task_readings_keep_apart_what_pooling_averages_away() -> None:
+    # On flip the paper's ordering holds; on stand it is reversed. Pooled, the two cancel.
+    flip = _rows({"fbil": 0.0, "rbfm-light": 60.0, "rbfm-heavy": 120.0}, 2.0)
+    stand = [
+        dataclasses.replace(r, task="stand")
+        for r in _rows({"fbil": 120.0, "rbfm-light": 60.0, "rbfm-heavy": 0.0}, 2.0)
+    ]
+    assert not several_tasks(flip)
+    assert several_tasks(flip + stand)
+    per_task = {
+        (r.task, r.levels): r.verdict for r in readings(flip + stand, reps=200, per_task=True)
+    }
+    assert per_task[("flip", "strongest")].startswith("the paper's ordering holds")
+    assert per_task[("stand", "strongest")].startswith("reversed")
+    pooled = readings(flip + stand, reps=200)
+    assert {r.task for r in pooled} == {"all"}
+    assert [r.tasks for r in pooled] == [36, 6]
+    table = readings_table(flip + stand, reps=200, per_task=True)
+    assert "| task | levels |" in table
+    assert "| walker | rnd | stand | strongest | 3 |" in table
 
 
 def test_no_fb_methods_is_an_error() -> None:

@@ -63,7 +63,7 @@ from rbfm.experiments.table import (
     read_certificates,
     read_table,
 )
-from rbfm.experiments.verdicts import gap_table, readings_table, settings_table
+from rbfm.experiments.verdicts import gap_table, readings_table, settings_table, several_tasks
 from rbfm.methods import BASELINE_METHODS, NAMES, REGISTRY, display_label
 from rbfm.plots import caption_width
 
@@ -624,6 +624,11 @@ def _draw_rows(
             "IQM [95% stratified-bootstrap CI] per scope, over every family and level and at "
             "each family's strongest perturbation; `>`/`<` only where CIs are disjoint.\n\n"
             + readings_table(rows, iqm_reps)
+            + (
+                "\nPer task:\n\n" + readings_table(rows, iqm_reps, per_task=True)
+                if several_tasks(rows)
+                else ""
+            )
             + "\nEach robust method's return minus FB-IL's, k levels away from nominal, "
             "averaged over the scope's (task, family) combinations (every domain pooled, then "
             "each); mean +- 95% CI across seeds, paired by seed; `*`: the CI excludes 0.\n\n"

@@ -97,6 +97,7 @@ class Reading:
     expert: str
     domain: str
     dataset: str
+    task: str  # one task, or "all" where the scope pools the model's tasks
     levels: str  # "all" or "strongest"
     tasks: int  # (task, family, level) combinations pooled
     estimates: dict[str, IqmEstimate]
@@ -110,14 +111,19 @@ class Reading:
         return verdict(self.signs)
 
 
-def readings(rows: Sequence[ResultRow], reps: int = IQM_REPS) -> list[Reading]:
-    """Per (expert, domain, dataset), over all levels and at the strongest ones."""
+def _scope(r: ResultRow, per_task: bool) -> tuple[str, str, str, str]:
+    return (r.expert, r.domain, r.dataset, r.task if per_task else "all")
+
+
+def readings(
+    rows: Sequence[ResultRow], reps: int = IQM_REPS, per_task: bool = False
+) -> list[Reading]:
+    """Per (expert, domain, dataset), or per (expert, domain, dataset, task) with
+    `per_task`, over all levels and at the strongest ones."""
     nonempty(rows)
     out = []
-    for key in unique((r.expert, r.domain, r.dataset) for r in rows):
-        mine = [
-            r for r in rows if (r.expert, r.domain, r.dataset) == key and r.label in PAPER_ORDER
-        ]
+    for key in unique(_scope(r, per_task) for r in rows):
+        mine = [r for r in rows if _scope(r, per_task) == key and r.label in PAPER_ORDER]
         for levels, chosen in (("all", mine), ("strongest", strongest(mine))):
             if not chosen:
                 continue
@@ -128,9 +134,19 @@ def readings(rows: Sequence[ResultRow], reps: int = IQM_REPS) -> list[Reading]:
     return out
 
 
-def readings_table(rows: Sequence[ResultRow], reps: int = IQM_REPS) -> str:
-    """Markdown: one line per reading, each method's IQM [95% CI] and the verdict."""
-    found = readings(rows, reps)
+def several_tasks(rows: Sequence[ResultRow]) -> bool:
+    """Whether some (expert, domain, dataset) has results on more than one task, so that
+    per-task readings say more than the pooled ones."""
+    tasks: dict[tuple[str, str, str], set[str]] = {}
+    for r in rows:
+        tasks.setdefault((r.expert, r.domain, r.dataset), set()).add(r.task)
+    return any(len(t) > 1 for t in tasks.values())
+
+
+def readings_table(rows: Sequence[ResultRow], reps: int = IQM_REPS, per_task: bool = False) -> str:
+    """Markdown: one line per reading, each method's IQM [95% CI] and the verdict; with
+    `per_task`, a reading per task (a "task" column)."""
+    found = readings(rows, reps, per_task)
     if not found:
         raise ConfigError("no FB-IL, RBFM-Light or RBFM-Heavy results to compare")
 
@@ -143,6 +159,7 @@ def readings_table(rows: Sequence[ResultRow], reps: int = IQM_REPS) -> str:
             r.expert,
             r.domain,
             r.dataset,
+            *([r.task] if per_task else []),
             r.levels,
             str(r.tasks),
             *(cell(r, m) for m in reversed(PAPER_ORDER)),
@@ -150,7 +167,8 @@ def readings_table(rows: Sequence[ResultRow], reps: int = IQM_REPS) -> str:
         ]
         for r in found
     ]
-    header = ["expert", "domain", "dataset", "levels", "combinations"]
+    header = ["expert", "domain", "dataset", *(["task"] if per_task else []), "levels"]
+    header.append("combinations")
     header += [display_label(m) for m in reversed(PAPER_ORDER)] + ["paper's ordering"]
     return markdown(header, body)
 
