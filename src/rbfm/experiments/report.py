@@ -68,10 +68,24 @@ def timing_table(rows: Sequence[ResultRow]) -> str:
         xs = [v for (_, lab), v in cells.items() if lab == label]
         means[label] = float(np.mean(xs))
     body.append(["mean"] + [format_seconds(means[lab]) for lab in labels])
-    base = means.get("fbil")
-    if base is not None and base > 0:
-        body.append(["ratio to FB-IL"] + [f"x{means[lab] / base:.1f}" for lab in labels])
+    if "fbil" in labels:
+        body.append(["ratio to FB-IL"] + [_ratio(cells, tasks, lab) for lab in labels])
     return markdown(["task", *map(display_label, labels)], body)
+
+
+def _ratio(
+    cells: dict[tuple[tuple[str, str, str], str], float],
+    tasks: Sequence[tuple[str, str, str]],
+    label: str,
+) -> str:
+    """The label's mean time over the tasks it ran on as a multiple of FB-IL's over the
+    same tasks: a method run on some tasks only (the paper's settings, the baselines) is
+    not compared with FB-IL's mean over the others."""
+    shared = [t for t in tasks if (t, label) in cells and (t, "fbil") in cells]
+    base = sum(cells[(t, "fbil")] for t in shared)
+    if not shared or base <= 0:
+        return "-"
+    return f"x{sum(cells[(t, label)] for t in shared) / base:.1f}"
 
 
 def level_text(level: float | None) -> str:
