@@ -137,10 +137,7 @@ def readings(
 def several_tasks(rows: Sequence[ResultRow]) -> bool:
     """Whether some (expert, domain, dataset) has results on more than one task, so that
     per-task readings say more than the pooled ones."""
-    tasks: dict[tuple[str, str, str], set[str]] = {}
-    for r in rows:
-        tasks.setdefault((r.expert, r.domain, r.dataset), set()).add(r.task)
-    return any(len(t) > 1 for t in tasks.values())
+    return len(unique(_scope(r, True) for r in rows)) > len(unique(_scope(r, False) for r in rows))
 
 
 def readings_table(rows: Sequence[ResultRow], reps: int = IQM_REPS, per_task: bool = False) -> str:
@@ -167,9 +164,16 @@ def readings_table(rows: Sequence[ResultRow], reps: int = IQM_REPS, per_task: bo
         ]
         for r in found
     ]
-    header = ["expert", "domain", "dataset", *(["task"] if per_task else []), "levels"]
-    header.append("combinations")
-    header += [display_label(m) for m in reversed(PAPER_ORDER)] + ["paper's ordering"]
+    header = [
+        "expert",
+        "domain",
+        "dataset",
+        *(["task"] if per_task else []),
+        "levels",
+        "combinations",
+        *(display_label(m) for m in reversed(PAPER_ORDER)),
+        "paper's ordering",
+    ]
     return markdown(header, body)
 
 
