@@ -52,3 +52,25 @@ def test_every_documented_command_parses_and_experiments_plan(
             pytest.fail(f"{where}: `rbfm {' '.join(args)}` does not parse")
         if args[0] == "experiment":  # validated end to end: the plan is made, nothing runs
             assert main([*args, "--dry-run"]) == 0, capsys.readouterr().err
+
+
+RESULTS = README.parent / "docs" / "results.md"
+
+
+def test_every_interval_the_results_page_cites_is_in_a_generated_table() -> None:
+    """docs/results.md copies its numbers by hand from the tables each stage writes
+    (docs/results/STAGE/expert-*/tables.md): every "IQM [low, high]" it cites must be
+    found there, so that a reader can trace it and a redraw that moved it is noticed."""
+    tables = "\n".join(p.read_text() for p in (RESULTS.parent / "results").rglob("tables.md"))
+    tables = tables.replace(" | [", " [")  # the IQM tables put the CI in its own column
+    interval = r"-?\d+\.\d \[-?\d+\.\d, -?\d+\.\d\]"
+    cited = re.findall(interval, RESULTS.read_text().replace("\n", " "))
+    assert len(cited) > 200
+    missing = sorted({c for c in cited if c not in tables})
+    assert not missing, f"docs/results.md cites intervals no tables.md has: {missing}"
+
+
+def test_every_figure_the_results_page_shows_exists() -> None:
+    shown = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", RESULTS.read_text())
+    assert shown
+    assert [p for p in shown if not (RESULTS.parent / p).is_file()] == []

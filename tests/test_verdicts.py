@@ -11,6 +11,7 @@ from rbfm.envs.perturbations import get_perturbation
 from rbfm.experiments.stats import IqmEstimate
 from rbfm.experiments.table import ResultRow
 from rbfm.experiments.verdicts import (
+    baselines_table,
     compare,
     gap_table,
     readings,
@@ -215,3 +216,49 @@ def test_the_settings_table_reads_each_method_against_itself_at_the_papers_setti
         ("all", "RBFM-Light", "CIs overlap |"),
         ("strongest", "RBFM-Light", "CIs overlap |"),
     ]
+
+
+def test_the_baselines_table_reads_fb_against_baselines_only_where_they_ran() -> None:
+    fb = {"fbil": 0.0, "rbfm-light": 0.0, "rbfm-heavy": 0.0}
+    assert baselines_table(_rows(fb, 1.0)) == ""  # no baseline ran
+    # The FB methods fall from 500 to 300 with the perturbation; DRBC lies 200 below them
+    # everywhere, BE-DROIL stays near 299: below them at nominal, among them at the
+    # strongest level.
+    flip = _rows(fb, 1.0)
+    flip += [dataclasses.replace(r, method="drbc", mean=r.mean - 200.0) for r in _rows(fb, 1.0)]
+    flip += [
+        dataclasses.replace(r, method="bedroil", mean=299.0 + (r.seed - 2) * 3.0)
+        for r in _rows({"fbil": 0.0}, 1.0)
+    ]
+    stand = [dataclasses.replace(r, task="stand") for r in flip]
+    # FB methods alone on run, and at the paper's settings: neither is compared.
+    run = [dataclasses.replace(r, task="run") for r in _rows(fb, 1.0)]
+    paper = [dataclasses.replace(r, variant="paper", mean=0.0) for r in _rows({"fbil": 0.0}, 1.0)]
+    rows = [
+        r
+        for r in flip + stand + run + paper
+        if r.family == "body_mass" or r.method in ("fbil", "rbfm-light", "rbfm-heavy")
+    ]
+    table = baselines_table(rows, reps=200).splitlines()
+    assert table[0] == (
+        "| expert | domain | dataset | family | task | levels | FB-IL | RBFM-Light | "
+        "RBFM-Heavy | DRBC | BE-DROIL | reading |"
+    )
+    lines = [line.split(" | ") for line in table[2:]]
+    # Only body mass, where the baselines ran: pooled over flip and stand, then each.
+    assert [(c[3], c[4], c[5]) for c in lines] == [
+        ("body_mass", task, levels)
+        for task in ("all", "flip", "stand")
+        for levels in ("all", "strongest")
+    ]
+    read = {(c[4], c[5]): c[-1] for c in lines}
+    assert read[("flip", "strongest")].startswith("not separated: FB-IL ~ BE-DROIL")
+    assert "DRBC" not in read[("flip", "strongest")]
+    # Over every level the FB methods' falling lines stay above both on average.
+    assert {levels: v for (_, levels), v in read.items()} == {
+        "all": "every FB method > every baseline |",
+        "strongest": "not separated: FB-IL ~ BE-DROIL, RBFM-Light ~ BE-DROIL, "
+        "RBFM-Heavy ~ BE-DROIL |",
+    }
+    nominal = [r for r in rows if r.level == get_perturbation("walker", "body_mass").nominal]
+    assert baselines_table(nominal, reps=200).count("every FB method > every baseline") == 6

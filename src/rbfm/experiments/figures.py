@@ -63,7 +63,13 @@ from rbfm.experiments.table import (
     read_certificates,
     read_table,
 )
-from rbfm.experiments.verdicts import gap_table, readings_table, settings_table, several_tasks
+from rbfm.experiments.verdicts import (
+    baselines_table,
+    gap_table,
+    readings_table,
+    settings_table,
+    several_tasks,
+)
 from rbfm.methods import BASELINE_METHODS, NAMES, REGISTRY, display_label
 from rbfm.plots import caption_width
 
@@ -634,6 +640,14 @@ def _draw_rows(
             "each); mean +- 95% CI across seeds, paired by seed; `*`: the CI excludes 0.\n\n"
             + gap_table(rows)
             if _robust_against_fbil(rows)
+            else ""
+        )
+        + (
+            "\n## Against the single-task baselines\n\n"
+            "IQM [95% stratified-bootstrap CI] of every method at its default settings where "
+            "DRBC or BE-DROIL ran, pooled over those tasks and per task, over every level and "
+            "at the strongest; a pair separated only where CIs are disjoint.\n\n" + against
+            if (against := baselines_table(rows, iqm_reps))
             else ""
         )
         + (

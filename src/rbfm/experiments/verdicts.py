@@ -6,7 +6,8 @@ cannot tell them apart. Each scope (one expert source, domain and dataset) is re
 over every family and level, and at each family's strongest perturbation only (the level
 farthest from nominal present in the table), where the paper says the robust methods
 gain most. `gap_table` tests the claim that the gap widens with the perturbation: each
-robust method's return minus FB-IL's, per step away from nominal.
+robust method's return minus FB-IL's, per step away from nominal. `baselines_table` reads
+the FB methods against the single-task baselines (Q2) the same way.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from rbfm.evaluation.stats import mean_ci
 from rbfm.experiments.report import markdown
 from rbfm.experiments.stats import IQM_REPS, IqmEstimate, iqm_estimates, nonempty, unique
 from rbfm.experiments.table import ResultRow, method_label
-from rbfm.methods import display_label
+from rbfm.methods import BASELINE_METHODS, FB_METHODS, display_label
 
 # The paper's claim, strongest first: each method should beat the next.
 PAPER_ORDER = ("rbfm-heavy", "rbfm-light", "fbil")
@@ -149,7 +150,7 @@ def readings_table(rows: Sequence[ResultRow], reps: int = IQM_REPS, per_task: bo
 
     def cell(r: Reading, m: str) -> str:
         e = r.estimates.get(m)
-        return "-" if e is None else f"{e.iqm:.1f} [{e.low:.1f}, {e.high:.1f}]"
+        return "-" if e is None else _interval(e)
 
     body = [
         [
@@ -279,10 +280,7 @@ def settings_table(rows: Sequence[ResultRow], reps: int = IQM_REPS) -> str:
                         *key,
                         levels,
                         display_label(method),
-                        *(
-                            f"{est[m].iqm:.1f} [{est[m].low:.1f}, {est[m].high:.1f}]"
-                            for m in (method, paper)
-                        ),
+                        *(_interval(est[m]) for m in (method, paper)),
                         text,
                     ]
                 )
@@ -290,3 +288,52 @@ def settings_table(rows: Sequence[ResultRow], reps: int = IQM_REPS) -> str:
         return ""
     header = ["expert", "domain", "dataset", "levels", "method", "default settings"]
     return markdown([*header, "paper's settings", "reading"], body)
+
+
+def _interval(e: IqmEstimate) -> str:
+    return f"{e.iqm:.1f} [{e.low:.1f}, {e.high:.1f}]"
+
+
+def _against_baselines(est: dict[str, IqmEstimate]) -> str:
+    """Whether every FB method's CI lies above every baseline's; else the pairs that do
+    not, with their sign."""
+    pairs = [(f, b) for f in FB_METHODS if f in est for b in BASELINE_METHODS if b in est]
+    if not pairs:
+        return "not comparable"
+    others = [(f, b, compare(est[f], est[b])) for f, b in pairs]
+    others = [o for o in others if o[2] != ">"]
+    if not others:
+        return "every FB method > every baseline"
+    return "not separated: " + ", ".join(
+        f"{display_label(f)} {sign} {display_label(b)}" for f, b, sign in others
+    )
+
+
+def baselines_table(rows: Sequence[ResultRow], reps: int = IQM_REPS) -> str:
+    """Markdown: Q2. Per expert, domain, dataset and family where a single-task baseline
+    ran, every method's IQM [95% CI] at its default settings over the scope's tasks (then
+    per task where there are several), over every level and at the strongest, and whether
+    each FB method lies above each baseline with disjoint CIs. Empty without baselines."""
+    nonempty(rows)
+    methods = [m for m in (*FB_METHODS, *BASELINE_METHODS) if any(r.label == m for r in rows)]
+    body = []
+    for key in unique(
+        (r.expert, r.domain, r.dataset, r.family) for r in rows if r.label in BASELINE_METHODS
+    ):
+        here = [r for r in rows if (r.expert, r.domain, r.dataset, r.family) == key]
+        # Only the tasks a baseline ran on: elsewhere there is nothing to compare with.
+        tasks = unique(r.task for r in here if r.label in BASELINE_METHODS)
+        mine = [r for r in here if r.task in tasks and r.label in methods]
+        scopes = [("all", mine)] if len(tasks) > 1 else []
+        scopes += [(t, [r for r in mine if r.task == t]) for t in tasks]
+        for task, chosen in scopes:
+            for levels, picked in (("all", chosen), ("strongest", strongest(chosen))):
+                if not picked:
+                    continue
+                est = {e.label: e for e in iqm_estimates(picked, reps=reps).estimates}
+                cells = [_interval(est[m]) if m in est else "-" for m in methods]
+                body.append([*key, task, levels, *cells, _against_baselines(est)])
+    if not body:
+        return ""
+    header = ["expert", "domain", "dataset", "family", "task", "levels"]
+    return markdown([*header, *(display_label(m) for m in methods), "reading"], body)
