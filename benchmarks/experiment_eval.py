@@ -6,7 +6,7 @@ For each domain: raw single-process `dm_control.suite` steps/s (random actions),
 runner's evaluation jobs (`rbfm.experiments.jobs.run_eval`, the code `rbfm experiment`
 runs) over `--workers` processes of the local executor: every task of the domain x the
 levels of one perturbation family x `--vectors` task vectors, `--episodes` episodes each,
-packed into jobs of up to 200 episodes as the runner packs them, one batched actor call
+packed into jobs of up to `--batch` episodes as the runner packs them, one batched actor call
 per step per job. Steps/s counts environment steps over all episodes, after one warm-up
 job per worker. Target (issue 10): >= 80% of raw x workers.
 """
@@ -24,6 +24,7 @@ import torch
 from rbfm.envs import PERTURBATIONS, get_domain, get_perturbation
 from rbfm.experiments.executors import LocalExecutor
 from rbfm.experiments.jobs import EvalEntry, EvalJob, run_eval
+from rbfm.experiments.runner import EVAL_BATCH
 from rbfm.fb import FBModel, fb_config
 from rbfm.fb.checkpoint import save_checkpoint
 
@@ -57,7 +58,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--vectors", type=int, default=5, help="task vectors per task and level")
     parser.add_argument("--episodes", type=int, default=10, help="per task vector and level")
-    parser.add_argument("--batch", type=int, default=200, help="episodes per job (the runner's)")
+    parser.add_argument(
+        "--batch", type=int, default=EVAL_BATCH, help="episodes per job (default: the runner's)"
+    )
     parser.add_argument("--preset", default="cpu", help="FB model size (random weights)")
     parser.add_argument("--out", default="runs/bench", help="where the random model is saved")
     args = parser.parse_args()

@@ -493,10 +493,12 @@ def _cmd_export(args: argparse.Namespace) -> None:
 def _cmd_experiment(args: argparse.Namespace) -> None:
     from rbfm.experiments import load_spec, make_executor, plan, run_experiment
     from rbfm.experiments.plan import describe
+    from rbfm.experiments.runner import EVAL_BATCH
     from rbfm.experiments.spec import with_overrides
 
     spec = with_overrides(load_spec(args.spec), args.seeds, args.episodes, args.steps)
-    _check_count("--eval-batch", args.eval_batch)
+    eval_batch = EVAL_BATCH if args.eval_batch is None else args.eval_batch
+    _check_count("--eval-batch", eval_batch)
     out = Path(args.out or f"runs/experiments/{spec.name}")
     p = plan(spec)  # every field checked before anything starts
     print(
@@ -509,9 +511,7 @@ def _cmd_experiment(args: argparse.Namespace) -> None:
         return
     executor = make_executor(args.workers, args.ray)
     print(f"running on {executor.name} into {out}")
-    summary = run_experiment(
-        spec, out, executor, progress=not args.quiet, eval_batch=args.eval_batch
-    )
+    summary = run_experiment(spec, out, executor, progress=not args.quiet, eval_batch=eval_batch)
     done = ", ".join(f"{n} {k}" for k, n in summary.computed.items())
     print(
         f"computed {done}; {summary.skipped} cells were already done; "
@@ -803,7 +803,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["paper", "cpu"],
         help="baselines: paper (Tables 8-9) or cpu (far fewer steps)",
     )
-    p.add_argument("--eps", type=float, default=None, help="robustness radius (default 0.8)")
+    p.add_argument(
+        "--eps", type=float, default=None, help="robustness radius (default: the method's config)"
+    )
     p.add_argument(
         "--settings",
         default="default",
@@ -904,8 +906,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--eval-batch",
         type=int,
-        default=400,
-        help="episodes per evaluation job (one lockstep batch)",
+        default=None,
+        help="episodes per evaluation job (one lockstep batch; default: the runner's "
+        "EVAL_BATCH, 400)",
     )
     p.add_argument("--figures", action="store_true", help="draw the figures and tables")
     p.add_argument("--dry-run", action="store_true", help="validate and print the plan only")

@@ -71,10 +71,11 @@ from rbfm.experiments.table import (
 )
 from rbfm.methods import BASELINE_METHODS
 
-# Episodes per evaluation job. Each episode holds its own MuJoCo environment (~10-13 MB):
-# a 400-episode walker job peaked at 5-7 GB per worker, so 2 workers on a 24 GB machine
-# could be OOM-killed; at 200 the actor call (~1 ms) is still small against the steps.
-EVAL_BATCH = 200
+# Episodes per evaluation job (`rbfm experiment --eval-batch`). Each episode's environment
+# is a copy of one physics loaded per process: issue 21's grid ran 400-episode jobs with
+# workers peaking at 1.6-2.0 GB (quadruped; before the copies a 400-episode walker job
+# took 5-7 GB), and a larger batch makes fewer actor calls per step of the grid.
+EVAL_BATCH = 400
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

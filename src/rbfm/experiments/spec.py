@@ -188,7 +188,7 @@ PRESETS: dict[str, ExperimentSpec] = {
         certificate_steps=50,
     ),
     # One real slice (issue 10's evidence): cheetah walk under joint friction, all five
-    # methods at the paper's inference steps, the baselines at their cpu presets.
+    # methods at their default settings, the baselines at their cpu presets.
     "slice": ExperimentSpec(
         name="slice",
         models=(
@@ -310,8 +310,8 @@ PRESETS: dict[str, ExperimentSpec] = {
     ),
     # The whole grid at CPU scale (Section 4): the paper's models, every task and family;
     # the paper-settings variants of RBFM-Light and RBFM-Heavy on the RND models; the
-    # baselines at their `cpu` presets on walker body mass with RND data. ~11.5 h on 2 cores
-    # beyond the other stages (docs/results.md), run as one stage per domain (below) so
+    # baselines at their `cpu` presets on walker body mass with RND data. Run as one stage
+    # per domain (below; their cost on 2 cores: docs/results.md's stage table) so
     # that each domain's results are complete before the next domain starts.
     "grid": _grid("grid", PAPER_MODELS),
     **{
