@@ -122,6 +122,52 @@ def test_experts_are_an_axis_and_the_own_expert_keeps_its_ids(
     assert all(d.model.checkpoint == checkpoint for d in p.demos)
 
 
+def test_a_model_s_own_experts_replace_the_spec_s(checkpoint: str, tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    other = FBModel(17, 6, fb_config("tiny")).eval()
+    meta = read_meta(Path(checkpoint))
+    save_checkpoint(tmp_path / "other", other, {k: meta[k] for k in ("domain", "task_z")})
+    data = smoke_dict(checkpoint, experts=["own", "noisy"])
+    data["models"].append(
+        {
+            **data["models"][0],
+            "dataset": "other",
+            "checkpoint": str(tmp_path / "other"),
+            "experts": [f"model:{checkpoint}"],
+        }
+    )
+    p = plan(from_dict(data))
+    by_model = {
+        ds: sorted({d.expert.name for d in p.demos if d.model.dataset == ds})
+        for ds in ("rnd", "other")
+    }
+    assert by_model == {"rnd": ["noisy", "own"], "other": [f"model:{checkpoint}"]}
+    # The independent expert demonstrates with the first model's weights, for the second.
+    (ind,) = {d.expert.sha256 for d in p.demos if d.model.dataset == "other"}
+    assert ind == meta["sha256"]
+    assert (len(p.demos), len(p.infers)) == (6, 24)
+
+
+@pytest.mark.parametrize(
+    ("experts", "message"),
+    [
+        (["loud"], r"models\[0\]\.experts\[0\]: unknown expert 'loud'"),
+        (["noisy", "noisy"], r"models\[0\]\.experts: give distinct expert sources"),
+        (["model:SELF"], r"models\[0\]\.experts\[0\]: .* is models\[0\] itself"),
+        ([3], r"models\[0\]\.experts: expected a list of names"),
+    ],
+)
+def test_a_model_s_invalid_experts_fail_naming_the_model(
+    checkpoint: str, experts: list[Any], message: str
+) -> None:
+    data = smoke_dict(checkpoint)
+    data["models"][0]["experts"] = [
+        e.replace("SELF", checkpoint) if isinstance(e, str) else e for e in experts
+    ]
+    with pytest.raises(ConfigError, match=message):
+        plan(from_dict(data))
+
+
 @pytest.mark.parametrize(
     ("experts", "message"),
     [
@@ -581,6 +627,15 @@ def test_the_grid_stages_are_slices_of_the_grid() -> None:
     # datasize and sources share their walker:rnd-1m flip cells under joint friction.
     shared = _ids(plan(PRESETS["datasize"])) & _ids(plan(PRESETS["sources"]))
     assert len(shared) == 2 * (1 + 15 + 6 * 15 + 6)  # per expert: demos, infers, evals, ceilings
+    # `independent` imitates other models of each domain: all its cells are its own.
+    independent = plan(PRESETS["independent"])
+    assert not _ids(independent) & grid
+    assert {(d.model.domain, d.expert.name) for d in independent.demos} == {
+        ("walker", "model:walker:rnd-v4"),
+        ("quadruped", "model:quadruped:rnd-v2"),
+        ("cheetah", "model:cheetah:rnd-v1"),
+    }
+    assert (len(independent.infers), len(independent.evals)) == (90, 1620)
 
 
 def test_the_grid_covers_every_shipped_default_model_and_question() -> None:

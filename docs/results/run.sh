@@ -15,7 +15,7 @@ out=${RBFM_GRID_OUT:-runs/experiments/grid}
 workers=${RBFM_GRID_WORKERS:-2}
 stages=("$@")
 if [ ${#stages[@]} -eq 0 ]; then
-    stages=(q1 eps datasize q2 sources certify grid-walker grid-quadruped grid-cheetah grid)
+    stages=(q1 eps datasize q2 sources certify grid-walker grid-quadruped grid-cheetah independent grid)
 fi
 for stage in "${stages[@]}"; do
     rbfm experiment "$stage" --out "$out" --workers "$workers" --figures

@@ -183,9 +183,9 @@ def _meta(stem: Path, domain: str, where: str) -> dict[str, Any]:
     return meta
 
 
-def _expert(name: str, model: Model, index: int) -> tuple[Expert, dict[str, list[float]]]:
-    """The expert `name` demonstrating for `model`, with the task z's of its model."""
-    where = f"experts[{index}]"
+def _expert(name: str, model: Model, where: str) -> tuple[Expert, dict[str, list[float]]]:
+    """The expert `name` demonstrating for `model`, with the task z's of its model; errors
+    start with `where`."""
     if name in ("own", "noisy"):
         noise = NOISY_STD if name == "noisy" else 0.0
         return Expert(name, model.checkpoint, model.sha256, noise), model.task_z
@@ -392,7 +392,15 @@ def plan(spec: ExperimentSpec) -> Plan:
             if not m.datasets or model.dataset in m.datasets
             for v in _variants(m, model.domain, f"methods[{j}]")
         ]
-        experts = [_expert(name, model, k) for k, name in enumerate(spec.experts)]
+        # A model's own expert sources replace the spec's.
+        sources, at = (
+            (entry.experts, f"{where}.experts") if entry.experts else (spec.experts, "experts")
+        )
+        if len(set(sources)) != len(sources):
+            raise ConfigError(
+                f"{at}: give distinct expert sources (valid: {', '.join(EXPERT_KINDS)})"
+            )
+        experts = [_expert(name, model, f"{at}[{k}]") for k, name in enumerate(sources)]
         for (expert, expert_z), task in itertools.product(experts, tasks):
             if task not in expert_z:
                 raise ConfigError(
