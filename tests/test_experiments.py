@@ -341,6 +341,42 @@ def test_a_killed_run_resumes_to_the_uninterrupted_table(checkpoint: str, tmp_pa
     assert _table(resumed.results) == _table(whole.results)
 
 
+def _marked(marker: str) -> set[int]:
+    """Live processes whose environment holds `marker`."""
+    pids = set()
+    for env in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if marker.encode() in env.read_bytes():
+                pids.add(int(env.parent.name))
+        except OSError:  # gone, or not ours to read
+            pass
+    return pids
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads /proc")
+def test_workers_exit_when_the_driver_is_killed() -> None:
+    marker = f"RBFM_TEST_{os.getpid()}_{time.monotonic_ns()}"
+    script = (
+        "import time\n"
+        "from rbfm.experiments.executors import LocalExecutor\n"
+        "for _ in LocalExecutor(2).map_unordered(time.sleep, [120, 120]):\n"
+        "    pass\n"
+    )
+    driver = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, marker: "1"})
+    deadline = time.monotonic() + 120
+    # The driver, its forkserver and two workers, each with its watchdog started.
+    while len(_marked(marker)) < 4:
+        assert driver.poll() is None and time.monotonic() < deadline
+        time.sleep(0.1)
+    time.sleep(1.0)
+    driver.kill()  # SIGKILL: no cleanup runs in the driver
+    driver.wait()
+    deadline = time.monotonic() + 15
+    while _marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _marked(marker), "workers outlived their driver"
+
+
 def _toml(data: dict[str, Any]) -> str:
     """Minimal TOML writer for the test specs (scalars, lists, tables of scalars)."""
 

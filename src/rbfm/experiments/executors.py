@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, Protocol, TypeVar
@@ -36,11 +38,28 @@ class Executor(Protocol):
     def close(self) -> None: ...
 
 
-def _init_worker() -> None:
+def _exit_with(driver: int) -> None:
+    """Ends this worker once the driver process is gone. A driver killed by SIGTERM or
+    SIGKILL runs no cleanup, and the forkserver its workers are forked from lives as long
+    as they do, so they would go on computing cells nobody stores, competing for the cores
+    with the rerun that resumes them."""
+    while True:
+        time.sleep(1.0)
+        try:
+            os.kill(driver, 0)
+        except (ProcessLookupError, PermissionError):  # gone (its pid now another user's)
+            os._exit(1)
+
+
+def _init_worker(driver: int | None = None) -> None:
+    """One torch thread; given the driver's pid, a watchdog that ends this worker with it
+    (Ray manages its own workers' lives)."""
     import torch
 
     torch.set_num_threads(1)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if driver is not None:
+        threading.Thread(target=_exit_with, args=(driver,), daemon=True).start()
 
 
 class LocalExecutor:
@@ -63,7 +82,10 @@ class LocalExecutor:
             return
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
-                self.workers, mp_context=mp.get_context("forkserver"), initializer=_init_worker
+                self.workers,
+                mp_context=mp.get_context("forkserver"),
+                initializer=_init_worker,
+                initargs=(os.getpid(),),
             )
         pending = iter(enumerate(jobs))
         running: dict[Future[R], int] = {}
