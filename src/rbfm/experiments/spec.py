@@ -312,8 +312,8 @@ PRESETS: dict[str, ExperimentSpec] = {
         **{**CPU_GRID, "certificate_steps": 1000},
     ),
     # Q1 with independent experts: each domain's RND model imitating the reward-inferred
-    # policy of another FB model of its domain, demonstrations no z of the imitator need
-    # reproduce and no noise made (walker: `walker:rnd-v4`, the shipped walker's data and
+    # policy of another FB model of its domain: noiseless demonstrations that no z of the
+    # imitating model reproduces (walker: `walker:rnd-v4`, the shipped walker's data and
     # recipe on another seed, zero-shot close to it on every task, so all four tasks;
     # quadruped and cheetah: the models they replaced, on each domain's first task, stand
     # and walk, where those return 725 and 500 zero-shot, docs/models.md; at cheetah run
