@@ -21,6 +21,8 @@ fields, checkpoints) before any work starts, and names the field in its errors.
     tasks = ["walk", "run"]      # default: all of the domain's
     families = ["joint_friction"]  # default: all of the domain's; "none" = nominal only
     levels = 6                   # per family: all 6 sweep levels, k of them, or a table
+    experts = ["model:cheetah:rnd-v1"]  # optional: this model's expert sources instead
+                                 # of the spec's (a model:NAME expert is of one domain)
 
     [[methods]]
     name = "rbfm-heavy"
