@@ -170,6 +170,22 @@ def test_the_gap_table_pairs_seeds_and_grows_with_the_level() -> None:
     assert table[3].startswith(light)
 
 
+def test_the_gap_table_reads_each_task_where_pooling_cancels() -> None:
+    # RBFM-Heavy gains 100 on flip and loses 100 on stand: pooled, 0 at every level.
+    flip = _rows({"fbil": 0.0, "rbfm-light": 0.0, "rbfm-heavy": 100.0}, 0.0)
+    stand = [
+        dataclasses.replace(r, task="stand")
+        for r in _rows({"fbil": 100.0, "rbfm-light": 100.0, "rbfm-heavy": 0.0}, 0.0)
+    ]
+    table = gap_table(flip + stand)
+    pooled = "| own | walker (rnd) | RBFM-Heavy - FB-IL | +0.0 +- 0.0 | +0.0 +- 0.0 |"
+    assert pooled in table
+    assert "| own | walker (rnd) flip | RBFM-Heavy - FB-IL | +0.0 +- 0.0 | +20.0 +- 0.0* |" in table
+    assert "| own | walker (rnd) stand | RBFM-Heavy - FB-IL | +0.0 +- 0.0 | -20.0 +- 0.0* |" in table
+    # One task alone gets no per-task rows: they would repeat the model's.
+    assert " flip |" not in gap_table(flip)
+
+
 def test_the_gap_table_reads_falling_families_from_nominal_and_skips_incomplete_seeds() -> None:
     p = get_perturbation("cheetah", "range_of_motion")  # 100% retained at nominal, 60% far
     rows = []

@@ -216,27 +216,35 @@ def _gap_cells(rows: Sequence[ResultRow], method: str) -> tuple[list[str], int]:
 
 def gap_table(rows: Sequence[ResultRow]) -> str:
     """Markdown: per expert, scope (every domain pooled, then each (domain, dataset) when
-    there are several) and robust method, its return minus FB-IL's at the k-th level away
-    from nominal (k = 0 nominal ... the strongest), averaged over the scope's (task,
-    family) combinations; mean +- 95% t-CI across seeds, paired by seed (a seed's methods
-    imitate the same drawn demonstrations), over the combinations that every seed has for
-    both methods. A "*" marks a CI excluding 0."""
+    there are several, then each of its tasks when it has several) and robust method, its
+    return minus FB-IL's at the k-th level away from nominal (k = 0 nominal ... the
+    strongest), averaged over the scope's (task, family) combinations; mean +- 95% t-CI
+    across seeds, paired by seed (a seed's methods imitate the same drawn demonstrations),
+    over the combinations that every seed has for both methods. A "*" marks a CI
+    excluding 0."""
     nonempty(rows)
     body = []
     dropped = 0
     for expert in unique(r.expert for r in rows):
         mine = [r for r in rows if r.expert == expert and r.label in PAPER_ORDER]
         models = unique((r.domain, r.dataset) for r in mine)
-        scopes = [("all", mine)] if len(models) > 1 else []
-        scopes += [
-            (f"{d} ({ds})", [r for r in mine if (r.domain, r.dataset) == (d, ds)])
-            for d, ds in models
-        ]
-        for scope, chosen in scopes:
+        # (scope, rows, whether its left-out pairs are counted: a task's are its model's)
+        scopes = [("all", mine, False)] if len(models) > 1 else []
+        for d, ds in models:
+            model_rows = [r for r in mine if (r.domain, r.dataset) == (d, ds)]
+            scopes.append((f"{d} ({ds})", model_rows, True))
+            tasks = unique(r.task for r in model_rows)
+            if len(tasks) > 1:
+                # Pooling over tasks can average a gain on one away against a loss on another.
+                scopes += [
+                    (f"{d} ({ds}) {task}", [r for r in model_rows if r.task == task], False)
+                    for task in tasks
+                ]
+        for scope, chosen, counted in scopes:
             present = {r.label for r in chosen}
             for method in (m for m in PAPER_ORDER[:2] if m in present):
                 cells, left_out = _gap_cells(chosen, method)
-                dropped += left_out
+                dropped += left_out if counted else 0
                 if any(c != "-" for c in cells):
                     body.append([expert, scope, f"{display_label(method)} - FB-IL", *cells])
     if not body:
