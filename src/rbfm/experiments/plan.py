@@ -392,11 +392,11 @@ def plan(spec: ExperimentSpec) -> Plan:
             if not m.datasets or model.dataset in m.datasets
             for v in _variants(m, model.domain, f"methods[{j}]")
         ]
-        # A model's own expert sources replace the spec's.
+        # A model's own expert sources replace the spec's (checked in `_check_counts`).
         sources, at = (
             (entry.experts, f"{where}.experts") if entry.experts else (spec.experts, "experts")
         )
-        if len(set(sources)) != len(sources):
+        if entry.experts and len(set(sources)) != len(sources):
             raise ConfigError(
                 f"{at}: give distinct expert sources (valid: {', '.join(EXPERT_KINDS)})"
             )
