@@ -323,10 +323,15 @@ def _check_counts(spec: ExperimentSpec) -> None:
             raise ConfigError(f"{name}: {value!r} is out of range (valid: >= {low})")
     if not isinstance(spec.ceiling, bool):
         raise ConfigError(f"ceiling: {spec.ceiling!r} is not true or false")
-    if not spec.experts or len(set(spec.experts)) != len(spec.experts):
-        raise ConfigError(
-            f"experts: give distinct expert sources (valid: {', '.join(EXPERT_KINDS)})"
-        )
+    # A model's own expert sources replace the spec's, so each list is checked alike.
+    sources = [("experts", spec.experts)] + [
+        (f"models[{i}].experts", m.experts) for i, m in enumerate(spec.models) if m.experts
+    ]
+    for at, names in sources:
+        if not names or len(set(names)) != len(names):
+            raise ConfigError(
+                f"{at}: give distinct expert sources (valid: {', '.join(EXPERT_KINDS)})"
+            )
     if not 1 <= spec.num_demos <= spec.demos:
         raise ConfigError(
             f"num_demos: {spec.num_demos} demonstrations cannot be drawn from {spec.demos} "
@@ -392,14 +397,10 @@ def plan(spec: ExperimentSpec) -> Plan:
             if not m.datasets or model.dataset in m.datasets
             for v in _variants(m, model.domain, f"methods[{j}]")
         ]
-        # A model's own expert sources replace the spec's (checked in `_check_counts`).
+        # A model's own expert sources replace the spec's (both checked in `_check_counts`).
         sources, at = (
             (entry.experts, f"{where}.experts") if entry.experts else (spec.experts, "experts")
         )
-        if entry.experts and len(set(sources)) != len(sources):
-            raise ConfigError(
-                f"{at}: give distinct expert sources (valid: {', '.join(EXPERT_KINDS)})"
-            )
         experts = [_expert(name, model, f"{at}[{k}]") for k, name in enumerate(sources)]
         for (expert, expert_z), task in itertools.product(experts, tasks):
             if task not in expert_z:
