@@ -61,9 +61,12 @@ def _from_args(cls: type[_C], args: argparse.Namespace, **given: Any) -> _C:
 
 
 def _cmd_collect(args: argparse.Namespace) -> None:
+    from rbfm.envs.dynamics import PRESETS as DYNAMICS
     from rbfm.exploration import CollectConfig, collect
 
-    cfg = _from_args(CollectConfig, args, overrides=tuple(parse_assignments(args.set)))
+    dynamics = None if args.dynamics is None else DYNAMICS[args.dynamics]
+    overrides = tuple(parse_assignments(args.set))
+    cfg = _from_args(CollectConfig, args, overrides=overrides, dynamics=dynamics)
     start = time.perf_counter()
     buffer = collect(cfg, progress=not args.quiet)
     print(f"collected into {buffer} in {time.perf_counter() - start:.1f} s")
@@ -356,6 +359,56 @@ def _cmd_infer(args: argparse.Namespace) -> None:
     )
 
 
+def _cmd_adapt(args: argparse.Namespace) -> None:
+    from rbfm.envs import get_perturbation
+    from rbfm.evaluation import EnvSpec
+    from rbfm.fb.checkpoint import load_checkpoint
+    from rbfm.inference import load_demos
+    from rbfm.inference.adapt import AdaptConfig, adapt
+    from rbfm.policy_files import check_z, load_z, save_z
+
+    _check_out(args.out)
+    cfg = AdaptConfig(
+        budget=args.episodes,
+        states=args.states,
+        criterion="reward" if args.oracle else "demos",
+    )
+    demos = load_demos(args.demos).sample(args.num_demos, args.seed)
+    if (args.perturbation is None) != (args.level is None):
+        raise ConfigError("--perturbation and --level go together (neither: nominal)")
+    env = EnvSpec(demos.domain, demos.task, args.perturbation, args.level)
+    if args.perturbation is not None:
+        get_perturbation(demos.domain, args.perturbation).check(args.level)
+    z, info = load_z(args.z)
+    model, meta = load_checkpoint(args.checkpoint, domain=demos.domain, device=args.device)
+    check_z(args.z, z, info, meta)
+    res = adapt(model, demos, z, env, cfg, seed=args.seed, progress=True)
+    label = f"{'oracle' if args.oracle else 'adapt'}-k{res.episodes}"
+    out = {
+        **info,
+        "method": f"{info.get('method', 'z')}+{label}",
+        "adapted_from": str(args.z),
+        "adaptation": {
+            "criterion": cfg.criterion,
+            "episodes": res.episodes,
+            "states": cfg.states,
+            "perturbation": args.perturbation,
+            "level": args.level,
+            "distances": res.distances,
+            "best": res.best,
+            "seconds": res.seconds,
+        },
+    }
+    save_z(args.out, res.z, out)
+    where = "nominal" if args.level is None else f"{args.perturbation}={args.level:g}"
+    print(
+        f"{label}: z written to {args.out} ({res.episodes} episodes in {where}, "
+        f"{res.seconds:.1f} s); "
+        f"B distance to the demonstrations {res.distances[0]:.3f} at the start z, "
+        f"{min(res.distances):.3f} at the chosen one (candidate {res.best[-1]})"
+    )
+
+
 def _cmd_evaluate(args: argparse.Namespace) -> None:
     from rbfm.evaluation.sweep import write_csv
     from rbfm.policy_files import evaluate_files
@@ -625,6 +678,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a field of the agent's preset, e.g. update_every_steps=2 (repeatable; "
         "part of the collection's identity)",
     )
+    p.add_argument(
+        "--dynamics",
+        default=None,
+        choices=["train"],
+        help="simulate each episode under physics drawn per episode (default: nominal). "
+        "train: a quarter of the episodes nominal, the rest with every perturbation family "
+        "of the domain drawn uniformly from nominal to 60%% of its range (the grid's fourth "
+        "level); docs/models.md",
+    )
     p.set_defaults(func=_cmd_collect)
 
     from rbfm.fb import FB_PRESETS
@@ -839,6 +901,35 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _command(
         sub,
+        "adapt",
+        help="adapt a task vector to the environment it meets, from a few reward-free episodes",
+        description="Runs --episodes episodes in the (perturbed) environment and moves z so "
+        "that its states match the demonstrations' states in the model's B space; never "
+        "reads a reward (but with --oracle). docs/inference.md, section 'Adapting to the "
+        "dynamics met'.",
+    )
+    p.add_argument("--checkpoint", required=True, help="FB model of the z (shipped names work)")
+    p.add_argument("--demos", required=True, help="demonstrations file from `rbfm demos`")
+    p.add_argument("--z", required=True, help="task-vector file from `rbfm infer`")
+    p.add_argument("--perturbation", default=None, help="family of the deployed environment")
+    p.add_argument("--level", type=float, default=None, help="its level (paper units)")
+    p.add_argument("--episodes", type=int, default=10, help="episode budget (default: 10)")
+    p.add_argument(
+        "--states", type=int, default=1, help="initial states per candidate z (default: 1)"
+    )
+    p.add_argument("--num-demos", type=int, default=4, help="episodes drawn (as for infer)")
+    p.add_argument("--seed", type=int, default=0, help="which demos are drawn; adaptation seed")
+    p.add_argument(
+        "--oracle",
+        action="store_true",
+        help="choose by the task's return instead (an upper bound for reports, not a method)",
+    )
+    p.add_argument("--device", default=None, help=DEVICE_HELP)
+    p.add_argument("--out", required=True, help="adapted task-vector file (.json)")
+    p.set_defaults(func=_cmd_adapt)
+
+    p = _command(
+        sub,
         "evaluate",
         help="evaluate task vectors and baseline policies under a perturbation sweep",
     )
@@ -1042,7 +1133,7 @@ def _format_warning(
 # took 11.2 s on torch's two threads and 4.6 s on one, on a 2-core machine whose cores
 # other jobs held. OMP_NUM_THREADS, when set, wins; pretrain has --threads, collect
 # and experiment jobs pin one thread themselves.
-ONE_THREAD_COMMANDS = frozenset({"zero-shot", "demos", "infer", "evaluate", "render"})
+ONE_THREAD_COMMANDS = frozenset({"zero-shot", "demos", "infer", "adapt", "evaluate", "render"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

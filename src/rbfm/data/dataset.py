@@ -14,22 +14,25 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
 from rbfm.atomic import atomic_write
-from rbfm.data.exorl import KEYS, episode_files, read_episode
+from rbfm.data.exorl import KEYS, OPTIONAL_KEYS, episode_files, read_episode
 from rbfm.envs import DOMAINS, DomainSpec, get_domain
 from rbfm.errors import DatasetError
 
 CACHE_DIR = ".rbfm_cache"
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: the optional `dynamics` rows
 
 
 @dataclass(frozen=True)
 class Transitions:
-    """Arrays of N transitions; `next_physics` is the simulator state at s'."""
+    """Arrays of N transitions; `next_physics` is the simulator state at s', and
+    `next_dynamics` the perturbation levels it was simulated under (dynamics-diverse data
+    only; `rbfm.envs.families` order)."""
 
     observation: np.ndarray
     action: np.ndarray
@@ -38,12 +41,15 @@ class Transitions:
     discount: np.ndarray
     reward: np.ndarray  # the reward stored at collection time (the collecting task's)
     next_physics: np.ndarray
+    next_dynamics: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.observation)
 
     def subset(self, index: np.ndarray) -> Transitions:
-        return Transitions(*(getattr(self, f.name)[index] for f in fields(self)))
+        arrays: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        picked: dict[str, Any] = {k: a if a is None else a[index] for k, a in arrays.items()}
+        return Transitions(**picked)
 
     def subsample(self, n: int, seed: int) -> Transitions:
         """n transitions drawn uniformly without replacement, reproducibly from `seed`."""
@@ -111,6 +117,7 @@ class Dataset:
             discount=rows["discount"][r, 0],
             reward=rows["reward"][r, 0],
             next_physics=rows["physics"][r],
+            next_dynamics=rows["dynamics"][r] if "dynamics" in rows else None,
         )
 
     def subsample(self, n: int, seed: int) -> Transitions:
@@ -186,7 +193,8 @@ def _load_cache(cache: Path, manifest: dict[str, object]) -> dict[str, np.ndarra
     try:
         if json.loads((cache / "manifest.json").read_text()) != json.loads(json.dumps(manifest)):
             return None
-        return {k: np.load(cache / f"{k}.npy") for k in [*KEYS, "lengths"]}
+        keys = [*KEYS, *(k for k in OPTIONAL_KEYS if (cache / f"{k}.npy").exists()), "lengths"]
+        return {k: np.load(cache / f"{k}.npy") for k in keys}
     except (OSError, ValueError):
         return None
 
@@ -201,12 +209,29 @@ def _write_cache(cache: Path, arrays: dict[str, np.ndarray], manifest: dict[str,
     try:
         cache.mkdir(exist_ok=True)
         (cache / "manifest.json").unlink(missing_ok=True)  # invalid until fully rewritten
+        for key in OPTIONAL_KEYS:
+            if key not in arrays:
+                (cache / f"{key}.npy").unlink(missing_ok=True)  # of an earlier buffer
         for key, arr in arrays.items():
             atomic_write(cache / f"{key}.npy", partial(_save_npy, arr))
         text = json.dumps(manifest)
         atomic_write(cache / "manifest.json", lambda tmp: tmp.write_text(text))
     except OSError as e:
         warnings.warn(f"could not write the dataset cache in {cache}: {e}", stacklevel=3)
+
+
+def _keys(episodes: list[dict[str, np.ndarray]], buffer: Path) -> list[str]:
+    """The keys every episode has; an optional key some episodes lack is an error."""
+    keys = list(KEYS)
+    for key in OPTIONAL_KEYS:
+        have = sum(key in ep for ep in episodes)
+        if have and have != len(episodes):
+            raise DatasetError(
+                f"{buffer}: {have} of {len(episodes)} episodes have {key!r}; a buffer mixes "
+                "collections (one dynamics-diverse, one not)"
+            )
+        keys += [key] * bool(have)
+    return keys
 
 
 def load_dataset(
@@ -228,7 +253,7 @@ def load_dataset(
     arrays = _load_cache(cache_dir, manifest) if cache else None
     if arrays is None:
         episodes = read_episodes(files, spec)
-        arrays = {k: np.concatenate([ep[k] for ep in episodes]) for k in KEYS}
+        arrays = {k: np.concatenate([ep[k] for ep in episodes]) for k in _keys(episodes, buffer)}
         arrays["lengths"] = np.array([len(ep["observation"]) - 1 for ep in episodes])
         if cache:
             _write_cache(cache_dir, arrays, manifest)

@@ -4,7 +4,9 @@ On disk: `<root>/<domain>/<algo>/buffer/<timestamp>_<index>_<length>.npz`, one
 compressed archive per episode with keys observation, action, reward, discount
 and physics, each with T+1 rows; row 0 is the reset (zero action, reward 0,
 discount 1) and row t holds the action taken at step t, the reward and discount
-it returned, and the observation and physics state after it.
+it returned, and the observation and physics state after it. An episode of
+dynamics-diverse data also has `dynamics`: its perturbation levels, one per family of
+the domain (`rbfm.envs.families` order), repeated on every row.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from rbfm.atomic import atomic_write
-from rbfm.envs import DomainSpec
+from rbfm.envs import DomainSpec, families
 from rbfm.errors import DatasetError
 
 KEYS = ("observation", "action", "reward", "discount", "physics")
@@ -30,7 +32,9 @@ DTYPES = {
     "reward": np.float32,
     "discount": np.float32,
     "physics": np.float64,
+    "dynamics": np.float64,
 }
+OPTIONAL_KEYS = ("dynamics",)
 _NAME = re.compile(r"^(?P<stamp>[^_]+)_(?P<index>\d+)_(?P<length>\d+)\.npz$")
 
 Episode = dict[str, np.ndarray]
@@ -66,7 +70,8 @@ def write_episode(directory: Path, index: int, episode: Mapping[str, np.ndarray]
 def save_episode(final: Path, episode: Mapping[str, np.ndarray]) -> Path:
     """Writes one episode atomically under the given file name."""
     buf = io.BytesIO()
-    arrays = {k: np.asarray(episode[k], DTYPES[k]) for k in KEYS}
+    present = [*KEYS, *(k for k in OPTIONAL_KEYS if k in episode)]
+    arrays = {k: np.asarray(episode[k], DTYPES[k]) for k in present}
     np.savez_compressed(buf, **arrays)  # type: ignore[arg-type]
 
     def write(tmp: Path) -> None:
@@ -87,13 +92,14 @@ def read_episode(path: Path, domain: DomainSpec) -> Episode:
             missing = [k for k in KEYS if k not in npz.files]
             if missing:
                 raise DatasetError(f"{path}: missing keys {missing} (has {sorted(npz.files)})")
-            episode = {k: np.asarray(npz[k]) for k in KEYS}
+            present = [*KEYS, *(k for k in OPTIONAL_KEYS if k in npz.files)]
+            episode = {k: np.asarray(npz[k]) for k in present}
     except DatasetError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
         raise DatasetError(f"{path}: not a readable npz archive ({type(e).__name__}: {e})") from e
     validate_episode(episode, domain, str(path))
-    return {k: episode[k].reshape(len(episode[k]), -1).astype(DTYPES[k], copy=False) for k in KEYS}
+    return {k: v.reshape(len(v), -1).astype(DTYPES[k], copy=False) for k, v in episode.items()}
 
 
 def key_widths(domain: DomainSpec) -> dict[str, int]:
@@ -104,31 +110,36 @@ def key_widths(domain: DomainSpec) -> dict[str, int]:
         "reward": 1,
         "discount": 1,
         "physics": domain.physics_dim,
+        "dynamics": len(families(domain.name)),
     }
 
 
 def validate_episode(episode: Mapping[str, np.ndarray], domain: DomainSpec, where: str) -> None:
     """Checks row counts, widths against the domain, and finiteness."""
-    rows = {k: len(episode[k]) for k in KEYS}
+    present = [*KEYS, *(k for k in OPTIONAL_KEYS if k in episode)]
+    rows = {k: len(episode[k]) for k in present}
     if len(set(rows.values())) != 1:
         raise DatasetError(f"{where}: keys have different row counts {rows}")
     n = rows["observation"]
     if n < 2:
         raise DatasetError(f"{where}: {n} rows; an episode needs the reset row and at least 1 step")
-    for key, width in key_widths(domain).items():
+    for key in present:
+        width = key_widths(domain)[key]
         actual = int(np.prod(episode[key].shape[1:], dtype=np.int64))
         if actual != width:
             raise DatasetError(
                 f"{where}: {key} has width {actual} but the {domain.name} domain needs {width} "
                 f"(shape {episode[key].shape}); is this episode from another domain?"
             )
-    for key in KEYS:
+    for key in present:
         bad = ~np.isfinite(episode[key].reshape(n, -1)).all(axis=1)
         if bad.any():
             raise DatasetError(
                 f"{where}: {key} has non-finite values (NaN or inf) in rows "
                 f"{np.flatnonzero(bad)[:5].tolist()}"
             )
+    if "dynamics" in episode and (episode["dynamics"] != episode["dynamics"][:1]).any():
+        raise DatasetError(f"{where}: dynamics differ between rows; an episode has one physics")
     parsed = parse_name(Path(where).name)
     if parsed is not None and parsed[1] != n - 1:
         raise DatasetError(

@@ -7,6 +7,9 @@ the same here (not `env.step`, not a bare `set_state`) is what makes the
 relabelled rewards equal the collected ones, including walker flip's angular
 momentum and the velocity-based rewards. The per-state pass only reads a handful
 of features; the rewards are then computed for all states at once.
+
+States of dynamics-diverse data are put back into the physics they were simulated
+under: subtree momenta and so walker's speed rewards depend on the body masses.
 """
 
 from __future__ import annotations
@@ -17,11 +20,18 @@ from tqdm import tqdm
 
 from rbfm.data.dataset import Dataset, Transitions
 from rbfm.envs import get_domain
+from rbfm.envs.dynamics import apply_dynamics, dynamics_of_vector
 from rbfm.errors import DatasetError
 
 
-def physics_features(domain: str, states: np.ndarray, progress: bool = True) -> np.ndarray:
-    """The reward features (domain.feature_names) of each physics state, shape (N, F)."""
+def physics_features(
+    domain: str,
+    states: np.ndarray,
+    progress: bool = True,
+    dynamics: np.ndarray | None = None,
+) -> np.ndarray:
+    """The reward features (domain.feature_names) of each physics state, shape (N, F);
+    `dynamics` (N, families) gives each state's perturbation levels (default nominal)."""
     spec = get_domain(domain)
     states = np.asarray(states, dtype=np.float64)
     if states.ndim != 2 or states.shape[1] != spec.physics_dim:
@@ -29,34 +39,51 @@ def physics_features(domain: str, states: np.ndarray, progress: bool = True) -> 
             f"physics states have shape {states.shape}; the {domain} domain stores "
             f"(N, {spec.physics_dim})"
         )
-    physics = spec.build_physics()
-    model, data = physics.model.ptr, physics.data.ptr
-    read = spec.feature_reader(model)
+    if dynamics is None:
+        groups = [(np.array([]), np.arange(len(states)))]
+    else:
+        levels, inverse = np.unique(dynamics, axis=0, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")
+        parts = np.split(order, np.cumsum(np.bincount(inverse))[:-1])
+        groups = list(zip(levels, parts, strict=True))
     out = np.empty((len(states), len(spec.feature_names)))
     what = mujoco.mjtState.mjSTATE_PHYSICS
-    for i in tqdm(
-        range(len(states)),
+    bar = tqdm(
+        total=len(states),
         desc=f"relabelling {domain}",
         disable=not progress,
         unit="state",
         mininterval=0.5,
-    ):
-        mujoco.mj_setState(model, data, states[i], what)
-        mujoco.mj_step1(model, data)
-        out[i] = read(data)
+    )
+    for vector, rows in groups:
+        physics = spec.build_physics()
+        model, data = physics.model.ptr, physics.data.ptr
+        if dynamics is not None:
+            apply_dynamics(model, data, domain, dynamics_of_vector(domain, vector))
+        read = spec.feature_reader(model)
+        for i in rows:
+            mujoco.mj_setState(model, data, states[i], what)
+            mujoco.mj_step1(model, data)
+            out[i] = read(data)
+        bar.update(len(rows))
+    bar.close()
     return out
 
 
-def _states(dataset: Dataset | Transitions | np.ndarray, domain: str) -> np.ndarray:
+def _states(
+    dataset: Dataset | Transitions | np.ndarray, domain: str
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """The physics states and, for dynamics-diverse data, their dynamics."""
     if isinstance(dataset, Dataset):
         if dataset.domain.name != domain:
             raise DatasetError(
                 f"{dataset.directory} is a {dataset.domain.name} dataset, not {domain}"
             )
-        return dataset.rows["physics"][dataset.transition_rows]
+        rows, r = dataset.rows, dataset.transition_rows
+        return rows["physics"][r], rows["dynamics"][r] if "dynamics" in rows else None
     if isinstance(dataset, Transitions):
-        return dataset.next_physics
-    return dataset
+        return dataset.next_physics, dataset.next_dynamics
+    return dataset, None
 
 
 def relabel(
@@ -70,7 +97,8 @@ def relabel(
     `dataset` may also be an (N, physics_dim) array of physics states.
     """
     reward_fn = get_domain(domain).reward_fn(task)
-    features = physics_features(domain, _states(dataset, domain), progress)
+    states, dynamics = _states(dataset, domain)
+    features = physics_features(domain, states, progress, dynamics)
     return np.asarray(reward_fn(get_domain(domain).features(features)), dtype=np.float64)
 
 
@@ -79,5 +107,6 @@ def relabel_all(
 ) -> dict[str, np.ndarray]:
     """Rewards of every task of the domain from a single pass over the states."""
     spec = get_domain(domain)
-    features = spec.features(physics_features(domain, _states(dataset, domain), progress))
+    states, dynamics = _states(dataset, domain)
+    features = spec.features(physics_features(domain, states, progress, dynamics))
     return {task: np.asarray(fn(features), dtype=np.float64) for task, fn in spec.rewards.items()}

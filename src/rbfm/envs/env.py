@@ -12,6 +12,7 @@ from dm_control.rl.control import PhysicsError
 from dm_env import specs
 
 from rbfm.envs.domains import RewardTask, get_domain, make_control_env
+from rbfm.envs.dynamics import Dynamics, apply_dynamics, check_dynamics
 from rbfm.envs.perturbations import get_perturbation
 from rbfm.errors import ConfigError
 
@@ -60,7 +61,7 @@ class RbfmEnv(dm_env.Environment):  # type: ignore[misc]
     """One task of one domain, 1000 steps per episode, action repeat 1.
 
     Reports the perturbation it runs under through `perturbation` and `level`
-    (both None for nominal dynamics).
+    (both None for nominal dynamics), or several families at once through `dynamics`.
     """
 
     def __init__(
@@ -70,16 +71,24 @@ class RbfmEnv(dm_env.Environment):  # type: ignore[misc]
         perturbation: str | None = None,
         level: float | None = None,
         seed: int = 0,
+        dynamics: Dynamics | None = None,
     ) -> None:
         spec = get_domain(domain)
         spec.reward_fn(task)  # validates the task name before building anything
         if (perturbation is None) != (level is None):
             raise ConfigError("give both a perturbation family and a level, or neither")
+        if dynamics is not None and perturbation is not None:
+            raise ConfigError("give a perturbation family and level, or dynamics, not both")
         physics = spec.build_physics()
         if perturbation is not None and level is not None:
             pert = get_perturbation(domain, perturbation)
             pert.apply(physics.model.ptr, physics.data.ptr, level)
             level = float(level)
+        self.dynamics = check_dynamics(domain, dynamics or {})
+        if perturbation is not None and level is not None:
+            self.dynamics = {perturbation: level}
+        else:
+            apply_dynamics(physics.model.ptr, physics.data.ptr, domain, self.dynamics)
         self.domain, self.task, self.perturbation, self.level = domain, task, perturbation, level
         self.spec = spec
         self._env = make_control_env(spec, task, physics, seed)
@@ -94,8 +103,8 @@ class RbfmEnv(dm_env.Environment):  # type: ignore[misc]
         return self._env.physics
 
     def describe(self) -> str:
-        dynamics = "nominal" if self.perturbation is None else f"{self.perturbation}={self.level:g}"
-        return f"{self.domain}/{self.task} ({dynamics})"
+        levels = ", ".join(f"{f}={v:g}" for f, v in self.dynamics.items())
+        return f"{self.domain}/{self.task} ({levels or 'nominal'})"
 
     def reseed(self, seed: int | np.random.SeedSequence) -> None:
         """Reseeds the initial-state sampler; the next reset draws from the new seed."""
@@ -161,11 +170,13 @@ def make_env(
     perturbation: str | None = None,
     level: float | None = None,
     seed: int = 0,
+    dynamics: Dynamics | None = None,
 ) -> RbfmEnv:
-    """Builds `domain`/`task`, under `perturbation` at `level` (paper units) if given.
+    """Builds `domain`/`task`, under `perturbation` at `level` (paper units) if given, or
+    under several families' levels at once (`dynamics`, {family: level}).
 
     >>> env = make_env("cheetah", "run", "joint_friction", 25.0, seed=1)
     >>> env.reset().observation.shape
     (17,)
     """
-    return RbfmEnv(domain, task, perturbation, level, seed)
+    return RbfmEnv(domain, task, perturbation, level, seed, dynamics)

@@ -11,6 +11,10 @@ Crash-safety order for a stateful agent: write episode k (temporary file, then
 rename), then the checkpoint saying "next is k+1". An episode file newer than the
 checkpoint is therefore an orphan from a kill between the two writes: it is
 removed on resume and regenerated identically.
+
+Dynamics-diverse collections (`CollectConfig.dynamics`) simulate each episode under
+physics drawn from a `DynamicsDistribution` by (seed, index): every episode file stores
+its levels, and collect.json the distribution and every episode's draw.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from tqdm import tqdm
 from rbfm.atomic import TMP_SUFFIX, atomic_write
 from rbfm.data.exorl import episode_files, parse_name, read_episode, write_episode
 from rbfm.data.rollout import COLLECTION_FILE, Agent, run_episode
-from rbfm.envs import get_domain, make_env
+from rbfm.envs import families, get_domain, make_env
+from rbfm.envs.dynamics import DynamicsDistribution, dynamics_vector
 from rbfm.errors import ConfigError, unknown
 from rbfm.exploration.aps import APSAgent, aps_config
 from rbfm.exploration.ddpg import DDPGAgent
@@ -125,6 +130,8 @@ class CollectConfig:
     # (field, value) pairs replacing the agent preset's (`--set`), e.g. more updates per
     # environment step than the cpu preset's one per 8 (docs/models.md).
     overrides: tuple[tuple[str, Any], ...] = ()
+    # Each episode under physics drawn from this distribution; None: nominal physics.
+    dynamics: DynamicsDistribution | None = None
 
     def identity(self) -> dict[str, Any]:
         """What must match for a rerun to continue the same collection."""
@@ -138,12 +145,27 @@ class CollectConfig:
             "preset": preset,
             "seed": self.seed,
             "overrides": dict(self.overrides),
+            "dynamics": None if self.dynamics is None else self.dynamics.record(self.domain),
         }
 
 
 def _upgrade(stored: dict[str, Any], identity: dict[str, Any]) -> dict[str, Any]:
-    """Collections made before `overrides` existed had none."""
-    return {"overrides": {}, **stored}
+    """Collections made before `overrides` or `dynamics` existed had none."""
+    return {"overrides": {}, "dynamics": None, **stored}
+
+
+def _record_draws(cfg: CollectConfig, path: Path, num_episodes: int) -> None:
+    """Every episode's dynamics, beside the identity in collect.json."""
+    assert cfg.dynamics is not None
+    record = json.loads(path.read_text())
+    record["episode_dynamics"] = {
+        "families": list(families(cfg.domain)),
+        "levels": [
+            dynamics_vector(cfg.domain, cfg.dynamics.draw(cfg.domain, cfg.seed, k)).tolist()
+            for k in range(num_episodes)
+        ],
+    }
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(record, indent=2)))
 
 
 def _existing(buffer: Path) -> dict[int, Path]:
@@ -182,6 +204,8 @@ def collect(cfg: CollectConfig, progress: bool = True) -> Path:
         tmp.unlink()  # half-written episodes of a killed run
     length = spec.episode_length
     num_episodes = math.ceil(cfg.transitions / length)
+    if cfg.dynamics is not None:
+        _record_draws(cfg, algo_dir / COLLECTION_FILE, num_episodes)
     existing = _existing(buffer)
 
     agent: Agent
@@ -231,9 +255,15 @@ def collect(cfg: CollectConfig, progress: bool = True) -> Path:
     with ThreadPoolExecutor(max_workers=1) as writer:
         pending: list[Future[Path]] = []
         for k in todo:
+            if cfg.dynamics is not None:
+                drawn = cfg.dynamics.draw(cfg.domain, cfg.seed, k)
+                env = make_env(cfg.domain, task, seed=cfg.seed, dynamics=drawn)
             env.reseed(np.random.SeedSequence([cfg.seed, k]))
             agent.begin_episode(k)
             episode = run_episode(env, agent, step)
+            if cfg.dynamics is not None:
+                levels = dynamics_vector(cfg.domain, env.dynamics)
+                episode["dynamics"] = np.tile(levels, (length + 1, 1))
             step += length
             if isinstance(agent, _Explorer):
                 write_episode(buffer, k, episode)

@@ -77,12 +77,17 @@ def generate_demos(
     )
 
 
-def warm_start(model: FBModel, demos: Demos) -> torch.Tensor:
-    """z_w = mean over episodes of mean_t B(s_{t+1}), projected to radius sqrt(d)."""
+def demo_embedding(model: FBModel, demos: Demos) -> torch.Tensor:
+    """Mean over episodes of mean_t B(s_{t+1}): the demonstrations' states in B's space."""
     device = next(model.parameters()).device
     with torch.no_grad():
         per_episode = [
             model.backward_map(torch.as_tensor(s, device=device)).mean(0)
             for s in demos.next_states()
         ]
-        return project(torch.stack(per_episode).mean(0), model.radius)
+        return torch.stack(per_episode).mean(0)
+
+
+def warm_start(model: FBModel, demos: Demos) -> torch.Tensor:
+    """z_w = `demo_embedding` projected to radius sqrt(d)."""
+    return project(demo_embedding(model, demos), model.radius)

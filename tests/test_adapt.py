@@ -1,0 +1,128 @@
+"""Reward-free adaptation of z with a few episodes in the deployed environment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from rbfm.errors import ConfigError
+from rbfm.evaluation import EnvSpec, RolloutEngine
+from rbfm.evaluation.sweep import sweep
+from rbfm.fb import FBModel, fb_config
+from rbfm.fb.networks import project
+from rbfm.inference import Demos, generate_demos
+from rbfm.inference.adapt import ADAPT_SEED_OFFSET, AdaptConfig, adapt
+
+ENV = EnvSpec("cheetah", "run", "joint_friction", 15.0)
+
+
+@pytest.fixture(scope="module")
+def model() -> FBModel:
+    torch.manual_seed(0)
+    return FBModel(17, 6, fb_config("tiny")).eval()
+
+
+@pytest.fixture(scope="module")
+def demos(model: FBModel) -> Demos:
+    z = project(torch.randn(model.cfg.z_dim), model.radius)
+    return generate_demos(model, "cheetah", "run", z, episodes=2, seed=0, action_noise=0.3)
+
+
+@pytest.fixture(scope="module")
+def z0(model: FBModel) -> torch.Tensor:
+    return project(torch.randn(model.cfg.z_dim, generator=torch.Generator().manual_seed(1)), 1.0)
+
+
+class _Counting(RolloutEngine):
+    """An in-process engine that records the initial-state seeds it was asked for."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self.seeds: list[tuple[int, int]] = []
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        res = super().run(*args, **kwargs)
+        self.seeds += [tuple(s) for s in kwargs["seeds"]]  # type: ignore[misc]
+        return res
+
+
+def test_adaptation_never_reads_a_reward_and_is_deterministic(
+    model: FBModel, demos: Demos, z0: torch.Tensor
+) -> None:
+    cfg = AdaptConfig(budget=3)
+    a = adapt(model, demos, z0, ENV, cfg, seed=2)
+    # The same environment with another task's reward: every reward differs, nothing else.
+    b = adapt(
+        model,
+        demos,
+        z0,
+        EnvSpec("cheetah", "walk_backward", ENV.perturbation, ENV.level),
+        cfg,
+        seed=2,
+    )
+    assert a.returns != b.returns
+    assert torch.equal(a.z, b.z) and a.distances == b.distances and a.best == b.best
+    again = adapt(model, demos, z0, ENV, cfg, seed=2)
+    assert torch.equal(again.z, a.z) and again.distances == a.distances
+    assert torch.allclose(a.z.norm(), torch.tensor(model.radius))
+    # The first candidate is the start z; the answer is the one with the lowest distance.
+    assert torch.allclose(a.candidates[0], project(z0, model.radius))
+    assert a.z is a.candidates[int(np.argmin(a.distances))]
+
+
+def test_adaptation_stops_at_its_budget_on_seeds_evaluation_never_uses(
+    model: FBModel, demos: Demos, z0: torch.Tensor
+) -> None:
+    engine = _Counting()
+    res = adapt(model, demos, z0, ENV, AdaptConfig(budget=4, states=2), seed=5, engine=engine)
+    assert res.episodes == 4 and len(engine.seeds) == 4 and len(res.candidates) == 2
+    adapt_seeds = set(engine.seeds)
+    assert adapt_seeds == {(5, ADAPT_SEED_OFFSET), (5, ADAPT_SEED_OFFSET + 1)}
+    engine.seeds.clear()
+    sweep(
+        model,
+        [("z", res.z)],
+        "cheetah",
+        "run",
+        ENV.perturbation,
+        [ENV.level],
+        3,
+        seed=5,
+        engine=engine,
+    )
+    assert not adapt_seeds & set(engine.seeds)
+    # A smaller budget's answer is the same search stopped earlier.
+    short = adapt(model, demos, z0, ENV, AdaptConfig(budget=2, states=2), seed=5)
+    assert torch.equal(short.z, res.z_after(2))
+
+
+def test_the_oracle_chooses_by_return(model: FBModel, demos: Demos, z0: torch.Tensor) -> None:
+    res = adapt(model, demos, z0, ENV, AdaptConfig(budget=3, criterion="reward"), seed=2)
+    assert res.z is res.candidates[int(np.argmax(res.returns))]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"budget": 0}, "budget: 0 episodes"),
+        ({"budget": 2, "states": 3}, "exceed the budget"),
+        ({"criterion": "return"}, "criterion"),
+        ({"step": 0.0}, "step"),
+    ],
+)
+def test_bad_configs_are_refused(kwargs: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        AdaptConfig(**kwargs)
+
+
+def test_an_environment_of_another_domain_is_refused(
+    model: FBModel, demos: Demos, z0: torch.Tensor
+) -> None:
+    with pytest.raises(ConfigError, match="demonstrations of cheetah for an environment of walker"):
+        adapt(model, demos, z0, EnvSpec("walker", "walk"), AdaptConfig(budget=1))
+    walker_demos = Demos("walker", "walk", *(np.zeros(1),) * 6, {})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="a model of another domain"):
+        adapt(model, walker_demos, z0, EnvSpec("walker", "walk"), AdaptConfig(budget=1))

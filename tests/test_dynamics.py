@@ -1,0 +1,109 @@
+"""Dynamics-diverse data: several families at once, drawn per episode, stored and
+reproduced."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rbfm.data import load_dataset, relabel_all
+from rbfm.data.exorl import KEYS, parse_name, read_episode
+from rbfm.data.resimulate import Collection, regenerate
+from rbfm.envs import get_domain, get_perturbation, make_env
+from rbfm.envs.dynamics import DynamicsDistribution, dynamics_of_vector, dynamics_vector
+from rbfm.errors import ConfigError
+from rbfm.exploration import CollectConfig, collect
+
+
+def _cfg(out: Path, transitions: int) -> CollectConfig:
+    return CollectConfig(
+        "walker", "random", transitions, str(out), seed=3, dynamics=DynamicsDistribution()
+    )
+
+
+def _episodes(buffer: Path) -> dict[int, dict[str, np.ndarray]]:
+    spec = get_domain("walker")
+    return {parse_name(f.name)[0]: read_episode(f, spec) for f in buffer.glob("*.npz")}  # type: ignore[index]
+
+
+def test_draws_stay_in_the_training_range_and_a_share_is_nominal() -> None:
+    dist = DynamicsDistribution()
+    for domain in ("walker", "quadruped", "cheetah"):
+        ranges = dist.ranges(domain)
+        for family, (lo, hi) in ranges.items():
+            p = get_perturbation(domain, family)
+            assert lo == p.nominal and hi == pytest.approx(p.levels[3])  # the grid's 4th level
+        draws = [dist.draw(domain, 0, k) for k in range(400)]
+        nominal = sum(d == {} for d in draws)
+        assert 60 <= nominal <= 140  # a quarter of 400, within sampling noise
+        for d in draws:
+            for family, level in d.items():
+                lo, hi = ranges[family]
+                assert min(lo, hi) <= level <= max(lo, hi)
+        assert draws == [dist.draw(domain, 0, k) for k in range(400)]  # (seed, index) only
+    with pytest.raises(ConfigError, match="nominal_share"):
+        DynamicsDistribution(nominal_share=1.5)
+
+
+def test_one_family_as_dynamics_is_that_perturbation() -> None:
+    a = make_env("walker", "walk", "body_mass", 40.0, seed=1)
+    b = make_env("walker", "walk", seed=1, dynamics={"body_mass": 40.0})
+    assert b.describe() == a.describe() == "walker/walk (body_mass=40)"
+    oa, ob = a.reset().observation, b.reset().observation
+    for _ in range(50):
+        action = np.full(6, 0.3)
+        oa, ob = a.step(action).observation, b.step(action).observation
+    np.testing.assert_array_equal(oa, ob)
+    with pytest.raises(ConfigError, match="outside the range"):
+        make_env("walker", "walk", dynamics={"gravity": 99.0})
+    vector = dynamics_vector("walker", {"gravity": 7.0})
+    assert dynamics_of_vector("walker", vector) == {"gravity": 7.0}
+
+
+def test_a_diverse_collection_stores_and_reproduces_its_physics(tmp_path: Path) -> None:
+    buffer = collect(_cfg(tmp_path / "a", 4000), progress=False)
+    record = json.loads((buffer.parent / "collect.json").read_text())
+    dist = DynamicsDistribution()
+    assert record["dynamics"] == dist.record("walker")
+    levels = record["episode_dynamics"]["levels"]
+    episodes = _episodes(buffer)
+    perturbed = 0
+    for k, ep in episodes.items():
+        drawn = dist.draw("walker", 3, k)
+        want = dynamics_vector("walker", drawn)
+        np.testing.assert_array_equal(ep["dynamics"], np.tile(want, (1001, 1)))
+        assert levels[k] == want.tolist()
+        # The stored actions under the stored physics give the stored episode, bitwise.
+        env = make_env("walker", "stand", seed=3, dynamics=dynamics_of_vector("walker", want))
+        again = regenerate(Collection("walker", "stand", 3), env, k, ep["action"])
+        for key in KEYS:
+            np.testing.assert_array_equal(again[key], ep[key], err_msg=f"episode {k} {key}")
+        perturbed += drawn != {}
+    assert perturbed >= 1
+    # Relabelling puts each state back into its own physics: walk's speed reads subtree
+    # momenta, which depend on the body masses.
+    ds = load_dataset(buffer)
+    assert ds.transitions().next_dynamics is not None
+    rewards = relabel_all(ds, "walker")
+    stored = ds.rows["reward"][ds.transition_rows, 0]
+    np.testing.assert_allclose(rewards["stand"], stored, atol=1e-6)
+    # An extended collection is the same episodes plus new ones.
+    collect(_cfg(tmp_path / "b", 2000), progress=False)
+    longer = collect(_cfg(tmp_path / "b", 4000), progress=False)
+    again_eps = _episodes(longer)
+    for k in episodes:
+        np.testing.assert_array_equal(again_eps[k]["observation"], episodes[k]["observation"])
+
+
+def test_a_buffer_mixing_diverse_and_nominal_episodes_is_refused(tmp_path: Path) -> None:
+    diverse = collect(_cfg(tmp_path / "a", 1000), progress=False)
+    nominal = collect(
+        CollectConfig("walker", "random", 1000, str(tmp_path / "b"), seed=4), progress=False
+    )
+    for f in nominal.glob("*.npz"):
+        f.rename(diverse / f.name.replace("_0_", "_1_"))
+    with pytest.raises(Exception, match="mixes collections"):
+        load_dataset(diverse)
