@@ -53,10 +53,10 @@ class Transitions:
 
     def subsample(self, n: int, seed: int) -> Transitions:
         """n transitions drawn uniformly without replacement, reproducibly from `seed`."""
-        return self.subset(_draw(len(self), n, seed))
+        return self.subset(draw_transitions(len(self), n, seed))
 
 
-def _draw(total: int, n: int, seed: int) -> np.ndarray:
+def draw_transitions(total: int, n: int, seed: int) -> np.ndarray:
     if not 0 < n <= total:
         raise ValueError(f"cannot subsample {n} transitions from {total}")
     return np.sort(np.random.default_rng(seed).choice(total, size=n, replace=False))
@@ -122,7 +122,7 @@ class Dataset:
 
     def subsample(self, n: int, seed: int) -> Transitions:
         """n transitions drawn uniformly without replacement, reproducibly from `seed`."""
-        return self.transitions(_draw(len(self), n, seed))
+        return self.transitions(draw_transitions(len(self), n, seed))
 
     def summary(self) -> str:
         rewards = self.rows["reward"][self.transition_rows, 0]

@@ -6,13 +6,17 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rbfm.evaluation.rollout import Policy
+from rbfm.evaluation.rollout import Policy, begin, executed
+from rbfm.fb.context import slot_width
 from rbfm.fb.model import FBModel
 
 
 def fb_policy(model: FBModel, z: torch.Tensor) -> Policy:
     """The deterministic policy pi_z for the rollout engine: z of shape (d,) for every
-    episode, or (episodes, d) for one task vector per episode of the batch."""
+    episode, or (episodes, d) for one task vector per episode of the batch. A model with
+    a context gets a `ContextPolicy`, which keeps each episode's window."""
+    if model.cfg.context:
+        return ContextPolicy(model, z)
     device = next(model.parameters()).device
     zs = z.to(device).reshape(-1, z.shape[-1])
 
@@ -23,17 +27,61 @@ def fb_policy(model: FBModel, z: torch.Tensor) -> Policy:
     return act
 
 
-def noisy_policy(policy: Policy, std: float, seeds: list[tuple[int, int]]) -> Policy:
+class ContextPolicy:
+    """pi_z(s, window) with each episode's window of its last k (state, executed action)
+    pairs, emptied by `begin` (the engine calls it before every batch of new episodes)
+    and advanced by `executed` (`rbfm.fb.context` has the layout)."""
+
+    def __init__(self, model: FBModel, z: torch.Tensor) -> None:
+        self.model, self.device = model, next(model.parameters()).device
+        self.zs = z.to(self.device).reshape(-1, z.shape[-1])
+        self.k = model.cfg.context
+        self.width = slot_width(model.obs_dim, model.action_dim)
+        self.windows = np.zeros((0, self.k, self.width), np.float32)
+
+    def begin(self, n: int) -> None:
+        self.windows = np.zeros((n, self.k, self.width), np.float32)
+
+    def __call__(self, obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
+        if len(self.windows) <= int(episodes.max()):
+            raise RuntimeError("ContextPolicy: begin(n) must be called before the episodes")
+        aug = np.concatenate([obs, self.windows[episodes].reshape(len(obs), -1)], 1)
+        rows = (
+            self.zs[torch.as_tensor(episodes, device=self.device)] if len(self.zs) > 1 else self.zs
+        )
+        x = torch.as_tensor(aug, dtype=torch.float32, device=self.device)
+        return self.model.act(x, rows).cpu().numpy()
+
+    def executed(self, obs: np.ndarray, episodes: np.ndarray, actions: np.ndarray) -> None:
+        slot = np.concatenate([obs, actions, np.ones((len(obs), 1), np.float32)], 1)
+        w = self.windows[episodes]
+        self.windows[episodes] = np.concatenate([w[:, 1:], slot[:, None]], 1)
+
+
+class NoisyPolicy:
     """`policy`'s action plus N(0, std^2) noise, clipped to the action bounds [-1, 1].
 
     Episode i draws its noise from its own generator, seeded by `seeds[i]` (its initial
     state's seed): an episode's noise does not depend on which others share its batch.
+    The executed (noisy) actions are what a policy with a memory records.
     """
-    rngs = [np.random.default_rng([*seed, 1]) for seed in seeds]
 
-    def act(obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
-        a = policy(obs, episodes)
-        noise = np.stack([rngs[i].standard_normal(a.shape[-1]) for i in episodes])
-        return np.clip(a + std * noise, -1.0, 1.0).astype(np.float32)
+    def __init__(self, policy: Policy, std: float, seeds: list[tuple[int, int]]) -> None:
+        self.policy, self.std = policy, std
+        self.rngs = [np.random.default_rng([*seed, 1]) for seed in seeds]
 
-    return act
+    def begin(self, n: int) -> None:
+        begin(self.policy, n)
+
+    def __call__(self, obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
+        a = self.policy(obs, episodes)
+        noise = np.stack([self.rngs[i].standard_normal(a.shape[-1]) for i in episodes])
+        return np.clip(a + self.std * noise, -1.0, 1.0).astype(np.float32)
+
+    def executed(self, obs: np.ndarray, episodes: np.ndarray, actions: np.ndarray) -> None:
+        executed(self.policy, obs, episodes, actions)
+
+
+def noisy_policy(policy: Policy, std: float, seeds: list[tuple[int, int]]) -> Policy:
+    """`NoisyPolicy`: per-episode noise generators seeded by `seeds`."""
+    return NoisyPolicy(policy, std, seeds)

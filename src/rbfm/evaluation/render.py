@@ -20,7 +20,7 @@ from PIL import Image, ImageDraw
 from rbfm.atomic import atomic_write
 from rbfm.envs import make_env
 from rbfm.errors import ConfigError
-from rbfm.evaluation.rollout import Policy
+from rbfm.evaluation.rollout import Policy, begin, executed
 
 
 def check_backend() -> None:
@@ -67,9 +67,13 @@ def render_episodes(
         ) from e
     returns = np.zeros(len(policies))
     frames = []
+    for _, act in policies:
+        begin(act, 1)  # each policy runs one episode, its index 0
     for t in range(steps):
         for i, ((_, act), env) in enumerate(zip(policies, envs, strict=True)):
-            action = act(obs[i][None].astype(np.float32), np.zeros(1, np.int64))[0]
+            o, first = obs[i][None].astype(np.float32), np.zeros(1, np.int64)
+            action = act(o, first)[0]
+            executed(act, o, first, action[None])
             ts = env.step(action)
             obs[i], returns[i] = ts.observation, returns[i] + float(ts.reward or 0.0)
         if t % every == 0:

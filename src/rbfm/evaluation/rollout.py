@@ -28,8 +28,38 @@ from rbfm.envs.env import PhysicsStep
 
 # Maps the observations of the running episodes (n, obs_dim) and their indices in the
 # batch (n,) to actions (n, action_dim); the indices let one call serve episodes that
-# run different task vectors.
+# run different task vectors. A policy with a memory of the episode (a context model's,
+# `rbfm.evaluation.fb_policy.ContextPolicy`) also has `begin(n)`, called before a batch
+# of n new episodes, and `executed(obs, idx, actions)`, called with the actions the
+# episodes then executed; wrappers (noise, dispatch) pass both on.
 Policy = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def begin(policy: Policy, n: int) -> None:
+    """Tells a policy with a memory that n new episodes start."""
+    hook = getattr(policy, "begin", None)
+    if hook is not None:
+        hook(n)
+
+
+def executed(policy: Policy, obs: np.ndarray, idx: np.ndarray, actions: np.ndarray) -> None:
+    """Tells a policy with a memory what its episodes `idx` did at `obs`."""
+    hook = getattr(policy, "executed", None)
+    if hook is not None:
+        hook(obs, idx, actions)
+
+
+class Shifted:
+    """A policy seen through an offset of its episode indices (a chunk of a batch)."""
+
+    def __init__(self, policy: Policy, offset: int) -> None:
+        self.policy, self.offset = policy, offset
+
+    def __call__(self, obs: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        return self.policy(obs, idx + self.offset)
+
+    def executed(self, obs: np.ndarray, idx: np.ndarray, actions: np.ndarray) -> None:
+        executed(self.policy, obs, idx + self.offset, actions)
 
 
 @dataclass(frozen=True)
@@ -301,13 +331,15 @@ class RolloutEngine:
                 raise ValueError(f"{len(seeds)} seeds for {len(plan)} episodes")
             plan = [(s, (int(k[0]), int(k[1]))) for (s, _), k in zip(plan, seeds, strict=True)]
         starts = range(0, len(plan), self.max_envs)
+        begin(policy, len(plan))
         parts = []
         for i, lo in enumerate(starts):
             label = progress
             if progress is not None and len(starts) > 1:
                 label = f"{progress} {i + 1}/{len(starts)}"
             chunk = plan[lo : lo + self.max_envs]
-            parts.append(self._run_batch(chunk, _shifted(policy, lo), record, label))
+            chunk_policy = policy if lo == 0 else Shifted(policy, lo)
+            parts.append(self._run_batch(chunk, chunk_policy, record, label))
         returns, lengths, unstable = (np.concatenate([p[k] for p in parts]) for k in range(3))
         trajectories = [t for p in parts for t in p[3]] if record else None
         seconds = time.perf_counter() - start
@@ -337,6 +369,7 @@ class RolloutEngine:
         while alive.any():
             idx = np.flatnonzero(alive)
             act = policy(obs[idx], idx)
+            executed(policy, obs[idx], idx, act)
             actions = np.zeros((n, act.shape[-1]), np.float32)
             actions[idx] = act
             results = self._call("step", [(actions[s],) for s in shards])
@@ -352,10 +385,3 @@ class RolloutEngine:
                 history.append((obs, physics, actions, reward))
         bar.close()
         return returns, lengths, unstable, _trajectories(history, lengths) if record else []
-
-
-def _shifted(policy: Policy, offset: int) -> Policy:
-    """The policy of a chunk: its episode indices are offset within the whole batch."""
-    if offset == 0:
-        return policy
-    return lambda obs, idx: policy(obs, idx + offset)

@@ -17,7 +17,7 @@ import torch
 
 from rbfm.errors import ConfigError
 from rbfm.evaluation.fb_policy import fb_policy
-from rbfm.evaluation.rollout import EnvSpec, Policy, RolloutEngine
+from rbfm.evaluation.rollout import EnvSpec, Policy, RolloutEngine, begin, executed
 from rbfm.evaluation.stats import mean_ci
 from rbfm.fb.model import FBModel
 
@@ -33,12 +33,19 @@ class SweepRow:
     unstable: int
 
 
-def dispatch(groups: list[tuple[int, int, Policy]]) -> Policy:
+class Dispatch:
     """One policy over a batch whose rows [start, stop) belong to each group's policy."""
 
-    def act(obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
+    def __init__(self, groups: list[tuple[int, int, Policy]]) -> None:
+        self.groups = groups
+
+    def begin(self, n: int) -> None:
+        for start, stop, pol in self.groups:
+            begin(pol, stop - start)
+
+    def __call__(self, obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
         out: np.ndarray | None = None
-        for start, stop, pol in groups:
+        for start, stop, pol in self.groups:
             mine = (episodes >= start) & (episodes < stop)
             if mine.any():
                 a = pol(obs[mine], episodes[mine] - start)
@@ -48,7 +55,16 @@ def dispatch(groups: list[tuple[int, int, Policy]]) -> Policy:
         assert out is not None
         return out
 
-    return act
+    def executed(self, obs: np.ndarray, episodes: np.ndarray, actions: np.ndarray) -> None:
+        for start, stop, pol in self.groups:
+            mine = (episodes >= start) & (episodes < stop)
+            if mine.any():
+                executed(pol, obs[mine], episodes[mine] - start, actions[mine])
+
+
+def dispatch(groups: list[tuple[int, int, Policy]]) -> Policy:
+    """`Dispatch` over the groups."""
+    return Dispatch(groups)
 
 
 def sweep(

@@ -22,6 +22,7 @@ import torch
 
 from rbfm.data.demos import Demos
 from rbfm.experiments.certificate import Certificate, heavy_certificates, tv_certificates
+from rbfm.fb.context import demo_inputs
 from rbfm.fb.model import FBModel
 
 # A baseline policy as jobs carry it: (method, its policy file's metadata, state dict).
@@ -103,7 +104,8 @@ def run_cert(job: CertJob) -> list[Certificate]:
     from rbfm.inference.demos import warm_start
 
     _one_thread()
-    t = {k: torch.as_tensor(v) for k, v in job.demos.transitions().items()}
+    context = _model(job.checkpoint).cfg.context if job.checkpoint is not None else 0
+    t = {k: torch.as_tensor(v) for k, v in demo_inputs(job.demos, context).items()}
     obs, act = t["observation"], t["action"]
     with torch.no_grad():
         if job.checkpoint is not None:

@@ -62,8 +62,14 @@ class FBConfig:
     # (stored with the weights; the paper and ExORL feed raw observations). Quadruped's
     # accelerometer reads up to ~650 where most features stay within 1-20.
     obs_norm: bool = False
+    # F and the actor also read the last `context` (state, action) pairs of the episode
+    # (`rbfm.fb.context`): what lets a model pretrained across dynamics tell which
+    # physics it is in. 0: the paper's F(s, a, z) and pi(s, z).
+    context: int = 0
 
     def __post_init__(self) -> None:
+        if not 0 <= self.context <= 64:
+            raise ConfigError(f"FB config context: {self.context} (valid: 0..64 steps)")
         for name in ("target_pessimism", "actor_pessimism"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:

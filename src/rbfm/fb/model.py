@@ -12,6 +12,7 @@ from torch import nn
 
 from rbfm.errors import ConfigError
 from rbfm.fb.config import FBConfig
+from rbfm.fb.context import slot_width
 from rbfm.fb.losses import (
     actor_loss,
     behaviour_cloned_actor_loss,
@@ -42,8 +43,10 @@ class FBModel(nn.Module):
     def __init__(self, obs_dim: int, action_dim: int, cfg: FBConfig) -> None:
         super().__init__()
         self.obs_dim, self.action_dim, self.cfg = obs_dim, action_dim, cfg
+        # F and the actor read [s, window] with a context (`rbfm.fb.context`); B reads s.
+        self.input_dim = obs_dim + cfg.context * slot_width(obs_dim, action_dim)
         sizes = Sizes(
-            obs_dim,
+            self.input_dim,
             action_dim,
             cfg.z_dim,
             cfg.preprocessor_hidden,
@@ -63,9 +66,17 @@ class FBModel(nn.Module):
         norms = [m for m in self.modules() if isinstance(m, ObsNorm)]
         if not norms:
             raise ValueError("set_obs_stats: this model has no observation normaliser")
+        std = torch.where(std > 1e-6, std, torch.ones_like(std))
+        # A window's slots hold states (the same statistics), actions and a flag (as is).
+        k, a = self.cfg.context, self.action_dim
+        slot_mean = torch.cat([mean, mean.new_zeros(a + 1)])
+        slot_std = torch.cat([std, std.new_ones(a + 1)])
+        wide_mean = torch.cat([mean, slot_mean.repeat(k)])
+        wide_std = torch.cat([std, slot_std.repeat(k)])
         for norm in norms:
-            norm.mean.copy_(mean)
-            norm.std.copy_(torch.where(std > 1e-6, std, torch.ones_like(std)))
+            wide = len(norm.mean) > len(mean)
+            norm.mean.copy_(wide_mean if wide else mean)
+            norm.std.copy_(wide_std if wide else std)
 
     @property
     def radius(self) -> float:
@@ -73,7 +84,8 @@ class FBModel(nn.Module):
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        """The deterministic policy pi_z(s) (mean action); z is (d,), (1, d) or (N, d)."""
+        """The deterministic policy pi_z(s) (mean action); z is (d,), (1, d) or (N, d);
+        `obs` is [s, window] for a model with a context (`input_dim` wide)."""
         return self.actor(obs, z.expand(obs.shape[0], -1))
 
     @torch.no_grad()
@@ -227,15 +239,17 @@ class FBTrainer:
         actor, forward = self._actor, self._forward
         obs, action = batch["observation"], batch["action"]
         next_obs, discount = batch["next_observation"], batch["discount"]
+        # With a context, F and the actor read [s, window] and B the state alone.
+        next_state = batch.get("next_state", next_obs)
         cache = not self.cuda_graph
         with _autocast(cfg.bf16, self.device, cache):
-            z = self.sample_z(next_obs)
+            z = self.sample_z(next_state)
             with torch.no_grad():
                 next_action = noisy(actor(next_obs, z), cfg.actor_noise, cfg.actor_noise_clip, g)
                 target_f = self._target_forward(next_obs, next_action, z).float()
-                target_b = self._target_backward(next_obs).float()
+                target_b = self._target_backward(next_state).float()
             f = forward(obs, action, z).float()
-            b = self._backward(next_obs).float()
+            b = self._backward(next_state).float()
         # The N x N matrices and the losses in fp32, outside autocast, even with --bf16.
         target_M = pessimistic(torch.matmul(target_f, target_b.T), cfg.target_pessimism)
         M = torch.matmul(f, b.T)

@@ -11,6 +11,7 @@ import torch
 
 from rbfm.data.demos import Demos
 from rbfm.errors import DatasetError
+from rbfm.fb.context import demo_inputs
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import Actor, project
 from rbfm.inference.demos import warm_start
@@ -76,7 +77,9 @@ def prepare(model: FBModel, demos: Demos, bf16: bool = False) -> Prepared:
             f"({model.obs_dim}/{model.action_dim})"
         )
     device = next(model.parameters()).device
-    t = {k: torch.as_tensor(v, device=device) for k, v in demos.transitions().items()}
+    # F and the actor read [s, window] when the model has a context.
+    inputs = demo_inputs(demos, model.cfg.context)
+    t = {k: torch.as_tensor(v, device=device) for k, v in inputs.items()}
     # A frozen copy: inference differentiates only z (and a method's own variables);
     # with the model's trainable actor every backward pass also computed the gradients
     # of all its weights, wasted work of the pass's own size.

@@ -9,6 +9,7 @@ import torch
 from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError
 from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy
+from rbfm.evaluation.rollout import Policy, begin, executed
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
 
@@ -36,12 +37,7 @@ def generate_demos(
         raise ConfigError(f"episodes: {episodes} demonstrations asked for (valid: >= 1)")
     act = fb_policy(model, z)
     if action_noise > 0:
-        rng = np.random.default_rng([seed, 1])
-        clean = act
-
-        def act(obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
-            a = clean(obs, episodes)
-            return np.clip(a + action_noise * rng.standard_normal(a.shape), -1.0, 1.0)
+        act = _BatchNoise(act, action_noise, np.random.default_rng([seed, 1]))
 
     own = engine is None
     engine = engine or RolloutEngine(0)
@@ -75,6 +71,24 @@ def generate_demos(
             "action_noise": action_noise,
         },
     )
+
+
+class _BatchNoise:
+    """pi_z(s) + N(0, std^2) from one generator for the whole batch, clipped to [-1, 1];
+    a policy with a memory records the noisy (executed) actions."""
+
+    def __init__(self, policy: Policy, std: float, rng: np.random.Generator) -> None:
+        self.policy, self.std, self.rng = policy, std, rng
+
+    def begin(self, n: int) -> None:
+        begin(self.policy, n)
+
+    def __call__(self, obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
+        a = self.policy(obs, episodes)
+        return np.clip(a + self.std * self.rng.standard_normal(a.shape), -1.0, 1.0)
+
+    def executed(self, obs: np.ndarray, episodes: np.ndarray, actions: np.ndarray) -> None:
+        executed(self.policy, obs, episodes, actions)
 
 
 def demo_embedding(model: FBModel, demos: Demos) -> torch.Tensor:

@@ -28,11 +28,13 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from rbfm.atomic import atomic_write
-from rbfm.data import load_dataset
+from rbfm.data import Dataset, load_dataset
+from rbfm.data.dataset import draw_transitions
 from rbfm.device import pick_device
 from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy, iqm
 from rbfm.fb.checkpoint import save_checkpoint
 from rbfm.fb.config import FBConfig, fb_config
+from rbfm.fb.context import gather_windows
 from rbfm.fb.model import FBModel, FBTrainer, check_cuda_graph
 from rbfm.fb.zero_shot import infer_z, labelled_states
 from rbfm.run_identity import bind_identity
@@ -139,6 +141,32 @@ def atomic_save(obj: Any, path: Path) -> None:
     atomic_write(path, lambda tmp: torch.save(obj, tmp))
 
 
+class _Windows:
+    """The context windows of the training transitions' s and s', gathered per batch
+    from the dataset's rows (`rbfm.fb.context`)."""
+
+    def __init__(self, ds: Dataset, index: np.ndarray, k: int, device: torch.device) -> None:
+        rows = ds.rows
+        after = np.zeros_like(rows["action"])
+        after[:-1] = rows["action"][1:]  # the action executed at each row's state
+        self.obs = torch.as_tensor(rows["observation"], device=device)
+        self.after = torch.as_tensor(after, device=device)
+        self.rows = torch.as_tensor(ds.transition_rows[index], device=device)
+        starts = ds.episode_starts[ds.transition_episodes[index]]
+        self.starts = torch.as_tensor(starts, device=device)
+        self.k = k
+
+    def widen(self, batch: dict[str, torch.Tensor], idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        r, e = self.rows[idx], self.starts[idx]
+        s_win = gather_windows(self.obs, self.after, r - 1, e, self.k)
+        next_win = gather_windows(self.obs, self.after, r, e, self.k)
+        return batch | {
+            "observation": torch.cat([batch["observation"], s_win], -1),
+            "next_observation": torch.cat([batch["next_observation"], next_win], -1),
+            "next_state": batch["next_observation"],
+        }
+
+
 def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
     """Trains (or resumes) an FB model; returns the run directory."""
     fb = cfg.fb()
@@ -152,13 +180,15 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
     ident = _identity(cfg, fb, domain, ds.directory, m)
     bind_identity(run / "run.json", ident, "pretraining run", _upgrade)
 
-    data = ds.subsample(m, cfg.seed) if m < len(ds) else ds.transitions()
+    index = draw_transitions(len(ds), m, cfg.seed) if m < len(ds) else np.arange(len(ds))
+    data = ds.transitions(index)
     tensors = {
         "observation": torch.as_tensor(data.observation, device=device),
         "action": torch.as_tensor(data.action, device=device),
         "next_observation": torch.as_tensor(data.next_observation, device=device),
         "discount": torch.as_tensor(data.discount, device=device),
     }
+    windows = _Windows(ds, index, fb.context, device) if fb.context else None
     eval_obs, eval_rewards = labelled_states(data, domain, fb.reward_samples, cfg.seed + 1)
 
     torch.manual_seed(cfg.seed)
@@ -277,7 +307,10 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
     with RolloutEngine(cfg.workers) as engine:
         while step < fb.steps:
             idx = torch.randint(n, (fb.batch_size,), generator=trainer.gen, device=device)
-            metrics = trainer.update({k: v[idx] for k, v in tensors.items()})
+            batch = {k: v[idx] for k, v in tensors.items()}
+            if windows is not None:
+                batch = windows.widen(batch, idx)
+            metrics = trainer.update(batch)
             step += 1
             bar.update(1)
             if step % cfg.log_every == 0 or step == fb.steps:
