@@ -19,6 +19,16 @@ def test_readme_python_api_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     assert (tmp_path / "datasets" / "readme" / "cheetah" / "random" / "buffer").is_dir()
 
 
+def test_the_demonstrations_page_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    page = README.parent / "docs" / "demonstrations.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+    assert blocks
+    monkeypatch.chdir(tmp_path)
+    for code in blocks:
+        exec(compile(code, str(page), "exec"), {})
+    assert (tmp_path / "mine.npz").exists()
+
+
 def _documented_commands() -> list[tuple[str, list[str]]]:
     """Every `rbfm ...` line of a ```bash block in the README and docs/, continuation
     lines joined, comments and `&& ...` tails cut, optional `[...]` parts dropped, and

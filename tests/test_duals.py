@@ -10,6 +10,7 @@ constraints and the f-divergence ball (a convex program), for SoftTV and KL.
 from __future__ import annotations
 
 import math
+import warnings
 
 import cvxpy as cp
 import numpy as np
@@ -395,6 +396,10 @@ def test_the_soft_tv_ball_at_the_papers_eps_constrains_nothing() -> None:
     with pytest.warns(InactiveBallWarning, match="eps 0.8 is at least 0.713"):
         assert ball_inactive("test", div, 0.8, len(loss))
     assert not ball_inactive("test", div, 0.7, len(loss))
+    # Once per method and process: a grid's every inference would repeat it.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", InactiveBallWarning)
+        assert ball_inactive("test", div, 0.9, len(loss))
 
 
 def test_the_flow_lp_re_solves_from_its_basis_as_from_scratch() -> None:

@@ -708,3 +708,43 @@ def test_the_grid_covers_every_shipped_default_model_and_question() -> None:
     for name in (*stages, "grid-quadruped", "grid-cheetah"):
         s = PRESETS[name]
         assert (s.episodes, s.experts, s.seeds) == (20, ("own", "noisy"), (0, 1, 2, 3, 4)), name
+
+
+def test_adaptation_is_an_axis_of_cells_evaluated_at_each_budget(
+    checkpoint: str, tmp_path: Path
+) -> None:
+    data = smoke_dict(
+        checkpoint,
+        seeds=[0],
+        certificate_steps=0,
+        adapt=[
+            {"budget": 2, "evaluate": [1, 2], "methods": ["fbil"]},
+            {"budget": 2, "evaluate": [2], "criterion": "reward"},
+        ],
+    )
+    data["models"][0]["tasks"] = ["run"]
+    spec = from_dict(data)
+    p = plan(spec)
+    plain = plan(from_dict({k: v for k, v in data.items() if k != "adapt"}))
+    # The plain cells keep their ids; FB-IL's z is adapted at each (family, level).
+    assert {e.id for e in plain.evals} <= {e.id for e in p.evals}
+    assert len(p.adapts) == 2 * 2  # two entries x two levels, FB-IL only
+    assert len(p.evals) == len(plain.evals) + 2 * (2 + 1)
+    run = run_experiment(spec, tmp_path, LocalExecutor(0), progress=False)
+    assert run.computed["adapt"] == 4
+    rows = read_table(tmp_path / "results.csv")
+    variants = sorted({r.variant for r in rows if r.method == "fbil"})
+    assert variants == ["", "adapt-k1", "adapt-k2", "oracle-k2"]
+    # A budget of one episode is the start z itself: the same returns as FB-IL's.
+    by = {(r.variant, r.level): r.mean for r in rows if r.method == "fbil"}
+    for level in {r.level for r in rows}:
+        assert by["adapt-k1", level] == by["", level]
+    adapted = [r for r in rows if r.variant == "adapt-k2"]
+    assert all((tmp_path / r.policy).exists() for r in adapted)
+    assert (tmp_path / "adaptations.csv").read_text().count("\n") == 5
+    again = run_experiment(spec, tmp_path, LocalExecutor(0), progress=False)
+    assert sum(again.computed.values()) == 0
+    with pytest.raises(ConfigError, match=r"adapt\[0\].evaluate: 3"):
+        plan(from_dict({**data, "adapt": [{"budget": 2, "evaluate": [3]}]}))
+    with pytest.raises(ConfigError, match=r"adapt\[0\].methods: 'drbc'"):
+        plan(from_dict({**data, "adapt": [{"budget": 2, "methods": ["drbc"]}]}))

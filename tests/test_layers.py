@@ -23,7 +23,7 @@ LAYERS: list[set[str]] = [
     {"inference", "baselines"},
     {"methods"},
     {"policy_files", "plots"},
-    {"training", "experiments"},
+    {"training", "experiments", "api"},
     {"quickstart"},
     {"cli"},
 ]

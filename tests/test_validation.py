@@ -100,7 +100,8 @@ def test_infer_refuses_before_writing(
         (["--method", "rbfm-light", "--eps", "1.5"], "LightConfig.eps: 1.5 is out of range"),
         (["--method", "rbfm-heavy", "--eps", "-0.1"], "HeavyConfig.eps: -0.1 is out of range"),
         (["--method", "fbil", "--steps", "0"], "FBILConfig.steps: 0 is out of range"),
-        (["--method", "drbc", "--steps", "0"], "DRBCConfig.steps: 0 is out of range"),
+        (["--method", "drbc", "--steps", "100"], "--steps: FB methods only, not drbc"),
+        (["--method", "bedroil", "--settings", "paper"], "--settings: FB methods only"),
         (["--method", "bedroil", "--eps", "500"], "BEDROILConfig.eps: 500.0 is out of range"),
         (["--method", "fbil", "--eps", "0.5"], "eps applies to the robust methods only, not fbil"),
     ]
@@ -193,3 +194,49 @@ def test_baseline_config_ranges() -> None:
         baseline_config("bedroil", "cpu", "cheetah", {"hidden": (256, 0)})
     with pytest.raises(ConfigError, match="unknown divergence 'tv2'"):
         baseline_config("bedroil", "cpu", "cheetah", {"divergence": "tv2"})
+
+
+def test_bad_outputs_and_foreign_inputs_are_refused_before_any_work(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, model = files["root"], str(files["model"])
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    z = json.loads(files["z"].read_text())
+    (root / "z_long.json").write_text(json.dumps({**z, "z": [2 * x for x in z["z"]]}))
+    cases = [
+        (["experiment", "smoke", "--out", str(a_file), "--dry-run"], f"--out: {a_file} is a file"),
+        (["quickstart", "--out", str(a_file / "q")], f"--out: {a_file} is a file"),
+        (
+            ["demos", "--checkpoint", model, "--task", "run", "--out", str(a_file / "d.npz")],
+            "--out: the folder of",
+        ),
+        (
+            ["demos", "--checkpoint", model, "--task", "run", "--out", str(folder)],
+            "is a folder; give a file name",
+        ),
+        (
+            ["evaluate", "--task", "run", "--z", str(files["z"]), "--out", str(folder)],
+            "is a folder; give a file name",
+        ),
+        (
+            ["evaluate", "--checkpoint", model, "--z", str(root / "z_long.json"), "--task", "run"],
+            "the task vector's norm is",
+        ),
+    ]
+    before = sorted(tmp_path.rglob("*"))
+    for args, message in cases:
+        _fails(args, message, capsys)
+        assert sorted(tmp_path.rglob("*")) == before
+    from rbfm.baselines import drbc, save_policy
+
+    net = drbc.DeterministicPolicy(24, 6, (8,))
+    meta = {"method": "drbc", "domain": "walker", "obs_dim": 24, "action_dim": 6}
+    stem = save_policy(tmp_path / "w", net, {**meta, "config": {"hidden": [8]}})
+    _fails(
+        ["evaluate", "--checkpoint", model, "--z", f"{stem}.json", "--task", "run"],
+        "different domains",
+        capsys,
+    )

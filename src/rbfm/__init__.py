@@ -14,3 +14,35 @@ __version__ = "0.1.0"
 # (experiment runner, `rbfm evaluate`, quickstart): apart from the seeds demonstrations
 # are rolled out with (0 by default), so no policy is scored on its own demos' states.
 EVAL_SEED = 1000
+
+
+def __getattr__(name: str) -> object:
+    """The Python API (`rbfm.api`), imported on first use: `import rbfm` stays light for
+    the command line and the worker processes."""
+    import importlib
+
+    if name not in _API:
+        raise AttributeError(f"module 'rbfm' has no attribute {name!r}")
+    module = importlib.import_module(_API[name])
+    return getattr(module, name)
+
+
+_API = {
+    "Demos": "rbfm.data.demos",
+    **{
+        n: "rbfm.api"
+        for n in ("Model", "Imitation", "load_model", "imitate", "load_imitation", "evaluate")
+    },
+}
+
+
+__all__ = [
+    "EVAL_SEED",
+    "Demos",
+    "Imitation",
+    "Model",
+    "evaluate",
+    "imitate",
+    "load_imitation",
+    "load_model",
+]

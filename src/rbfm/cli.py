@@ -48,9 +48,23 @@ def _check_count(option: str, value: int) -> None:
 
 
 def _check_out(path: str | None) -> None:
-    """An output file's folder must exist before any compute is spent on it."""
-    if path is not None and not Path(path).resolve().parent.is_dir():
+    """An output file's folder must exist, and the file must not be a folder, before any
+    compute is spent on it."""
+    if path is None:
+        return
+    if Path(path).is_dir():
+        raise ConfigError(f"--out: {path} is a folder; give a file name")
+    if not Path(path).resolve().parent.is_dir():
         raise ConfigError(f"--out: the folder of {path} does not exist")
+
+
+def _check_out_dir(path: str | os.PathLike[str]) -> None:
+    """An output folder (made if missing) must not be a file, nor lie under one."""
+    for p in (Path(path), *Path(path).parents):
+        if p.exists():
+            if not p.is_dir():
+                raise ConfigError(f"--out: {p} is a file; give a folder")
+            return
 
 
 def _from_args(cls: type[_C], args: argparse.Namespace, **given: Any) -> _C:
@@ -276,6 +290,7 @@ def _cmd_demos(args: argparse.Namespace) -> None:
     from rbfm.inference import generate_demos, save_demos
 
     _check_count("--episodes", args.episodes)
+    _check_out(args.out)
     model, meta = load_checkpoint(args.checkpoint, device=args.device)
     domain = meta["domain"]
     _check_tasks(domain, [args.task])
@@ -312,6 +327,20 @@ def _cmd_infer(args: argparse.Namespace) -> None:
     described = {"demos": str(args.demos), "num_demos": args.num_demos}
     changes = {k: v for k, v in (("steps", args.steps), ("eps", args.eps)) if v is not None}
     if not method.is_fb:
+        fb_only = [
+            flag
+            for flag, given in (
+                ("--steps", args.steps is not None),
+                ("--settings", args.settings != "default"),
+                ("--bf16", args.bf16),
+            )
+            if given
+        ]
+        if fb_only:
+            raise ConfigError(
+                f"{', '.join(fb_only)}: FB methods only, not {args.method} (a baseline trains "
+                "its own policy for its --preset's steps)"
+            )
         result, config, stem = train_to_file(
             args.method, demos, args.preset, args.seed, args.out, changes, described, True
         )
@@ -497,6 +526,7 @@ def _cmd_quickstart(args: argparse.Namespace) -> None:
     from rbfm.methods import display_name
     from rbfm.quickstart import QuickstartConfig, quickstart, reading
 
+    _check_out_dir(args.out)
     cfg = QuickstartConfig(out=args.out, checkpoint=args.checkpoint)
     rows = quickstart(cfg)
     print(
@@ -553,11 +583,13 @@ def _cmd_experiment(args: argparse.Namespace) -> None:
     eval_batch = EVAL_BATCH if args.eval_batch is None else args.eval_batch
     _check_count("--eval-batch", eval_batch)
     out = Path(args.out or f"runs/experiments/{spec.name}")
+    _check_out_dir(out)
     p = plan(spec)  # every field checked before anything starts
     print(
         f"experiment {spec.name}: {len(p.demos)} demonstration sets, {len(p.infers)} "
         f"inferences, {len(p.evals)} evaluations ({len(p.evals) * spec.episodes:,} episodes), "
         f"{len(p.ceilings)} of the experts themselves, {len(p.certs)} policies' certificates"
+        + (f", {len(p.adapts)} adaptations" if p.adapts else "")
     )
     print(describe(p))
     if args.dry_run:
@@ -602,6 +634,15 @@ def _command(
     return sub.add_parser(name, formatter_class=_Help, **kwargs)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rbfm")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     from rbfm.envs import DOMAINS
     from rbfm.experiments.spec import PRESETS
@@ -612,6 +653,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Robust Behavior Foundation Models: reward-free data, FB pretraining, "
         "robust imitation under dynamics shift.",
     )
+    parser.add_argument("--version", action="version", version=f"rbfm {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     p = _command(

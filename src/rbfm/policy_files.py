@@ -68,6 +68,13 @@ def check_z(
     dim = int(meta["config"]["z_dim"])
     if len(z) != dim:
         raise ConfigError(f"{path}: a {len(z)}-dim task vector, but the model's z has {dim}")
+    norm, radius = float(z.norm()), dim**0.5
+    if abs(norm - radius) > 1e-3 * radius:
+        raise ConfigError(
+            f"{path}: the task vector's norm is {norm:.4g}, but the model's policies take z "
+            f"on the sphere of radius sqrt({dim}) = {radius:.4g} (every rbfm inference "
+            "returns such a z); scale it to that norm"
+        )
     if info.get("domain") not in (None, meta["domain"]):
         raise ConfigError(
             f"{path}: a {info['domain']} task vector, but the model is a {meta['domain']} model"
@@ -188,6 +195,8 @@ def evaluate_files(
         raise ConfigError(f"episodes: {episodes} is out of range (valid: >= 1)")
     meta = None if checkpoint is None else read_meta(checkpoint)
     zs, policies, domains = [], [], set()
+    if meta is not None:  # a policy of another domain than the model's is refused too
+        domains.add(meta["domain"])
     for path in paths:
         method, z, module, info = load_any(path)
         if module is not None:

@@ -9,9 +9,11 @@ demonstrations by rollouts of a model is `rbfm.inference.generate_demos`.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,49 @@ class Demos:
     returns: np.ndarray  # (E,)
     meta: dict[str, Any]
 
+    @classmethod
+    def from_arrays(
+        cls,
+        domain: str,
+        task: str,
+        observations: Sequence[np.ndarray],
+        actions: Sequence[np.ndarray],
+        rewards: Sequence[np.ndarray] | None = None,
+        physics: Sequence[np.ndarray] | None = None,
+    ) -> Demos:
+        """Your own demonstrations: per episode, its T+1 observations (the first the
+        reset's) and the T actions taken, in the domain's layout (`rbfm envs`);
+        optionally its T rewards and T+1 physics states. Checked as a demonstrations file
+        is (shapes, finite values, actions in [-1, 1]); no reward means zeros."""
+        if len(observations) != len(actions):
+            raise DatasetError(
+                f"Demos.from_arrays: {len(observations)} observation sequences for "
+                f"{len(actions)} action sequences"
+            )
+        obs = [np.asarray(o, np.float32) for o in observations]
+        acts = [np.asarray(a, np.float32) for a in actions]
+        lengths = np.array([len(a) for a in acts], np.int64)
+        reward = (
+            np.concatenate([np.ravel(r) for r in rewards])
+            if rewards is not None
+            else np.zeros(int(lengths.sum()))
+        )
+        arrays = {
+            "observation": np.concatenate(obs) if obs else np.zeros((0, 0), np.float32),
+            "action": np.concatenate(acts) if acts else np.zeros((0, 0), np.float32),
+            "physics": (
+                np.concatenate([np.asarray(p, np.float64) for p in physics])
+                if physics is not None
+                else np.zeros((0, get_domain(domain).physics_dim))
+            ),
+            "reward": reward,
+            "lengths": lengths,
+        }
+        steps = np.concatenate([[0], np.cumsum(lengths)])
+        arrays["returns"] = np.array([reward[a:b].sum() for a, b in itertools.pairwise(steps)])
+        meta = {"source": "arrays", "rewards": rewards is not None}
+        return _validated(domain, task, arrays, meta, "Demos.from_arrays")
+
     @property
     def num_episodes(self) -> int:
         return len(self.lengths)
@@ -56,7 +101,7 @@ class Demos:
             self.task,
             self.observation[row_idx],
             self.action[step_idx],
-            self.physics[row_idx],
+            self.physics[row_idx] if len(self.physics) else self.physics,
             self.reward[step_idx],
             self.lengths[index],
             self.returns[index],
@@ -130,42 +175,55 @@ def load_demos(path: str | os.PathLike[str], domain: str | None = None) -> Demos
     spec = get_domain(meta.get("domain", "?"))
     if domain is not None and spec.name != domain:
         raise DatasetError(f"{path}: demonstrations of {spec.name}, not {domain}")
-    lengths = arrays["lengths"]
+    rest = {k: v for k, v in meta.items() if k not in ("domain", "task")} | {"path": str(path)}
+    return _validated(spec.name, str(meta.get("task", "?")), arrays, rest, str(path))
+
+
+def _validated(
+    domain: str, task: str, arrays: dict[str, np.ndarray], meta: dict[str, Any], where: str
+) -> Demos:
+    """Demos from arrays, every shape, value and bound checked; errors start with `where`.
+    A physics array of no rows means the states are unknown (demonstrations from outside
+    rbfm's simulator): nothing in inference reads them."""
+    spec = get_domain(domain)
+    get_domain(domain).reward_fn(task)  # the task must be one of the domain's
+    lengths = np.asarray(arrays["lengths"])
     if len(lengths) == 0:
-        raise DatasetError(f"{path}: holds no episodes")
+        raise DatasetError(f"{where}: holds no episodes")
+    physics_rows = 0 if len(arrays["physics"]) == 0 else int((lengths + 1).sum())
     expected = {
         "observation": (int((lengths + 1).sum()), spec.obs_dim),
-        "physics": (int((lengths + 1).sum()), spec.physics_dim),
+        "physics": (physics_rows, spec.physics_dim),
         "action": (int(lengths.sum()), spec.action_dim),
     }
     for key, shape in expected.items():
         if arrays[key].shape != shape:
             raise DatasetError(
-                f"{path}: {key} has shape {arrays[key].shape}, expected {shape} "
+                f"{where}: {key} has shape {arrays[key].shape}, expected {shape} "
                 f"for {len(lengths)} {spec.name} episodes"
             )
     if (lengths < 2).any():
-        raise DatasetError(f"{path}: episodes shorter than 2 steps have no transition")
+        raise DatasetError(f"{where}: episodes shorter than 2 steps have no transition")
     n_steps = int(lengths.sum())
     for key, n in (("reward", n_steps), ("returns", len(lengths))):
         if arrays[key].shape != (n,):
-            raise DatasetError(f"{path}: {key} has shape {arrays[key].shape}, expected ({n},)")
+            raise DatasetError(f"{where}: {key} has shape {arrays[key].shape}, expected ({n},)")
     for key in ("observation", "action", "physics", "reward", "returns"):
         if not np.isfinite(arrays[key]).all():
-            raise DatasetError(f"{path}: {key} holds NaN or infinite values")
+            raise DatasetError(f"{where}: {key} holds NaN or infinite values")
     worst = float(np.abs(arrays["action"]).max())
     if worst > 1 + 1e-5:
         raise DatasetError(
-            f"{path}: actions must lie in [-1, 1] (the environments' bounds); found {worst:g}"
+            f"{where}: actions must lie in [-1, 1] (the environments' bounds); found {worst:g}"
         )
     return Demos(
         spec.name,
-        meta["task"],
+        task,
         arrays["observation"].astype(np.float32),
         arrays["action"].astype(np.float32),
-        arrays["physics"],
-        arrays["reward"],
-        lengths,
-        arrays["returns"],
-        {k: v for k, v in meta.items() if k not in ("domain", "task")} | {"path": str(path)},
+        np.asarray(arrays["physics"], np.float64),
+        np.asarray(arrays["reward"], np.float64),
+        lengths.astype(np.int64),
+        np.asarray(arrays["returns"], np.float64),
+        meta,
     )

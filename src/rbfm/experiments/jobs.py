@@ -261,3 +261,69 @@ def run_eval(job: EvalJob) -> list[EvalOutput]:
         out[e.cell] = EvalOutput(e.cell, res.returns[part].copy(), int(res.unstable[part].sum()))
         lo += e.episodes
     return [out[e.cell] for e in job.entries]
+
+
+@dataclass(frozen=True)
+class AdaptTask:
+    cell: str
+    z: list[float]  # the inferred task vector the search starts from
+    demos: Demos  # the demonstrations it was inferred from
+    domain: str
+    task: str
+    family: str | None  # None: nominal
+    level: float | None
+    seed: int  # the inference seed: the adaptation's initial states (seed, offset + j)
+
+
+@dataclass(frozen=True)
+class AdaptJob:
+    checkpoint: str
+    config: dict[str, Any]  # an `AdaptConfig`'s fields, the same for every task
+    tasks: list[AdaptTask]
+
+
+@dataclass(frozen=True)
+class AdaptOutput:
+    cell: str
+    candidates: list[list[float]]
+    distances: list[float]
+    returns: list[float]
+    best: list[int]
+    unstable: int
+    seconds: float
+
+
+def run_adapt(job: AdaptJob) -> list[AdaptOutput]:
+    """Every task's adaptation, their episodes run together round by round (a result is
+    what the task alone gives: `adapt_many`). Outputs in the order of `job.tasks`."""
+    from rbfm.evaluation import EnvSpec, RolloutEngine
+    from rbfm.inference.adapt import AdaptConfig, AdaptProblem, adapt_many
+    from rbfm.inference.demos import demo_embedding
+
+    _one_thread()
+    model = _model(job.checkpoint)
+    problems = [
+        AdaptProblem(
+            torch.tensor(t.z),
+            demo_embedding(model, t.demos),
+            EnvSpec(t.domain, t.task, t.family, t.level),
+            t.seed,
+        )
+        for t in job.tasks
+    ]
+    with RolloutEngine(0) as engine:
+        results = adapt_many(model, problems, AdaptConfig(**job.config), engine)
+    del engine
+    gc.collect()  # as run_eval: free the environments before the next job builds its own
+    return [
+        AdaptOutput(
+            t.cell,
+            [c.tolist() for c in r.candidates],
+            r.distances,
+            r.returns,
+            r.best,
+            r.unstable,
+            r.seconds,
+        )
+        for t, r in zip(job.tasks, results, strict=True)
+    ]

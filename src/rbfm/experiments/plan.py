@@ -25,6 +25,7 @@ from rbfm.experiments.certificate import HEAVY, RADII
 from rbfm.experiments.spec import (
     EXPERT_KINDS,
     NOISY_STD,
+    AdaptEntry,
     ExperimentSpec,
     MethodEntry,
     ModelEntry,
@@ -102,6 +103,19 @@ class InferCell:
 
 
 @dataclass(frozen=True)
+class AdaptCell:
+    """An FB task vector adapted by a few episodes at one (family, level)
+    (`rbfm.inference.adapt`); `config` is the `AdaptConfig`'s fields."""
+
+    id: str
+    infer: InferCell
+    family: str
+    level: float | None
+    config: dict[str, Any]
+    label: str  # "adapt" or "oracle"
+
+
+@dataclass(frozen=True)
 class EvalCell:
     id: str
     infer: InferCell
@@ -109,6 +123,17 @@ class EvalCell:
     level: float | None
     episodes: int
     eval_seed: int
+    # An adapted task vector: the search's answer after `budget` episodes.
+    adapt: AdaptCell | None = None
+    budget: int | None = None
+
+    @property
+    def variant(self) -> str:
+        """The results' variant: the inference's, and the adaptation's with its budget."""
+        parts = [self.infer.variant.label]
+        if self.adapt is not None:
+            parts.append(f"{self.adapt.label}-k{self.budget}")
+        return ",".join(x for x in parts if x)
 
 
 @dataclass(frozen=True)
@@ -143,10 +168,11 @@ class Plan:
     evals: list[EvalCell]
     ceilings: list[CeilingCell] = dataclasses.field(default_factory=list)
     certs: list[CertCell] = dataclasses.field(default_factory=list)
+    adapts: list[AdaptCell] = dataclasses.field(default_factory=list)
 
     @property
     def total(self) -> int:
-        cells = (self.demos, self.infers, self.evals, self.ceilings, self.certs)
+        cells = (self.demos, self.infers, self.adapts, self.evals, self.ceilings, self.certs)
         return sum(len(c) for c in cells)
 
 
@@ -190,7 +216,7 @@ def _expert(name: str, model: Model, where: str) -> tuple[Expert, dict[str, list
         noise = NOISY_STD if name == "noisy" else 0.0
         return Expert(name, model.checkpoint, model.sha256, noise), model.task_z
     kind, _, ref = name.partition(":")
-    if kind != "model" or not ref:
+    if kind not in ("model", "noisy") or not ref:
         raise ConfigError(
             f"{where}: unknown expert {name!r}; valid: {', '.join(EXPERT_KINDS)} (NAME: a "
             "shipped model such as walker:aps, or a checkpoint path)"
@@ -200,6 +226,8 @@ def _expert(name: str, model: Model, where: str) -> tuple[Expert, dict[str, list
     except RbfmError as e:
         raise ConfigError(f"{where}: {e}") from e
     meta = _meta(stem, model.domain, where)
+    if kind == "noisy":  # the model itself included: its cells are then its "noisy" ones
+        return Expert(name, str(stem), str(meta["sha256"]), NOISY_STD), meta.get("task_z", {})
     if meta["sha256"] == model.sha256:
         raise ConfigError(
             f'{where}: {stem} is models[{model.index}] itself (use "own" for its own expert)'
@@ -306,6 +334,31 @@ def _variants(entry: MethodEntry, domain: str, where: str) -> list[Variant]:
     return variants
 
 
+def _adapt_config(entry: AdaptEntry, where: str, labels: set[str]) -> dict[str, Any]:
+    """The entry's `AdaptConfig` fields, validated, and its budgets checked."""
+    from rbfm.inference.adapt import AdaptConfig
+
+    try:
+        cfg = AdaptConfig(budget=entry.budget, states=entry.states, criterion=entry.criterion)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from e
+    if not entry.evaluate or len(set(entry.evaluate)) != len(entry.evaluate):
+        raise ConfigError(f"{where}.evaluate: give distinct episode budgets")
+    for k in entry.evaluate:
+        if isinstance(k, bool) or not cfg.states <= k <= cfg.budget or k % cfg.states:
+            raise ConfigError(
+                f"{where}.evaluate: {k!r} (valid: multiples of states={cfg.states} up to the "
+                f"budget {cfg.budget})"
+            )
+    for m in entry.methods:
+        if m not in ALL_METHODS or m in BASELINE_METHODS:
+            raise ConfigError(f"{where}.methods: {m!r} is not an FB inference method")
+    for label in entry.datasets:
+        if label not in labels:
+            raise ConfigError(f"{where}.datasets: {label!r} is not the dataset of any model")
+    return dataclasses.asdict(cfg)
+
+
 def _check_counts(spec: ExperimentSpec) -> None:
     if not spec.name or not all(c.isalnum() or c in "-_." for c in spec.name):
         raise ConfigError(f"name: {spec.name!r} must be letters, digits, '-', '_' or '.'")
@@ -364,6 +417,11 @@ def plan(spec: ExperimentSpec) -> Plan:
                 'data label (e.g. dataset = "rnd-v1"), or its results would be pooled'
             )
         labels[m.domain, m.dataset] = m.index
+    adapt_cfgs = [
+        _adapt_config(a, f"adapt[{j}]", {m.dataset for m in spec.models})
+        for j, a in enumerate(spec.adapt)
+    ]
+    adapts: list[AdaptCell] = []
     all_tasks = {t for m in spec.models for t in (m.tasks or TASKS[m.domain])}
     all_families = {f for m in spec.models for f in (m.families or ())}
     for j, method in enumerate(spec.methods):
@@ -458,6 +516,34 @@ def plan(spec: ExperimentSpec) -> Plan:
                             evals.append(
                                 EvalCell(e_id, inf, fam, level, spec.episodes, spec.eval_seed)
                             )
+                            for a_entry, a_cfg in zip(spec.adapt, adapt_cfgs, strict=True):
+                                if variant.method not in a_entry.methods or (
+                                    a_entry.datasets and model.dataset not in a_entry.datasets
+                                ):
+                                    continue
+                                a = _adapt_cell(inf, fam, level, a_cfg, a_entry.label)
+                                adapts.append(a)
+                                for k in a_entry.evaluate:
+                                    payload = {
+                                        "adapt": a.id,
+                                        "budget": k,
+                                        "family": fam,
+                                        "level": level,
+                                        "episodes": spec.episodes,
+                                        "eval_seed": spec.eval_seed,
+                                    }
+                                    evals.append(
+                                        EvalCell(
+                                            cell_id("eval", payload),
+                                            inf,
+                                            fam,
+                                            level,
+                                            spec.episodes,
+                                            spec.eval_seed,
+                                            a,
+                                            k,
+                                        )
+                                    )
     if not evals:
         raise ConfigError("methods: no method applies to any task and family of the models")
     ceilings = [
@@ -485,7 +571,17 @@ def plan(spec: ExperimentSpec) -> Plan:
     # Two entries giving identical cells would be computed once and counted twice.
     if len({i.id for i in infers}) != len(infers):
         raise ConfigError("methods: two entries give the same method with the same settings")
-    return Plan(spec, demos, infers, evals, ceilings, _certs(infers, spec.certificate_steps))
+    if len({a.id for a in adapts}) != len(adapts):
+        raise ConfigError("adapt: two entries give the same adaptation")
+    certs = _certs(infers, spec.certificate_steps)
+    return Plan(spec, demos, infers, evals, ceilings, certs, adapts)
+
+
+def _adapt_cell(
+    inf: InferCell, family: str, level: float | None, config: dict[str, Any], label: str
+) -> AdaptCell:
+    payload = {"infer": inf.id, "family": family, "level": level, "config": config}
+    return AdaptCell(cell_id("adapt", payload), inf, family, level, config, label)
 
 
 def _certs(infers: list[InferCell], steps: int) -> list[CertCell]:
@@ -504,9 +600,11 @@ def describe(p: Plan) -> str:
     for d in p.demos:
         n_inf = sum(1 for i in p.infers if i.demos.id == d.id)
         n_eval = sum(1 for e in p.evals if e.infer.demos.id == d.id)
+        n_adapt = sum(1 for a in p.adapts if a.infer.demos.id == d.id)
         expert = "" if d.expert.name == "own" else f", expert {d.expert.name}"
         lines.append(
             f"  {d.model.domain}/{d.task} ({d.model.dataset}, {Path(d.model.checkpoint).name}"
             f"{expert}): {n_inf} inferences, {n_eval} evaluations"
+            + (f", {n_adapt} adaptations" if n_adapt else "")
         )
     return "\n".join(lines)

@@ -34,10 +34,12 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from rbfm.atomic import atomic_write
+from rbfm.atomic import atomic_csv, atomic_write
 from rbfm.data.demos import Demos, load_demos, save_demos
 from rbfm.experiments.executors import Executor
 from rbfm.experiments.jobs import (
+    AdaptJob,
+    AdaptTask,
     BaselineState,
     CertJob,
     DemosJob,
@@ -45,6 +47,7 @@ from rbfm.experiments.jobs import (
     EvalJob,
     InferJob,
     InferOutput,
+    run_adapt,
     run_cert,
     run_demos,
     run_eval,
@@ -52,6 +55,7 @@ from rbfm.experiments.jobs import (
 )
 from rbfm.experiments.plan import (
     NOMINAL,
+    AdaptCell,
     CeilingCell,
     CertCell,
     DemosCell,
@@ -99,6 +103,12 @@ class Store:
     def infer_record(self, cell: InferCell) -> Path:
         return self.root / "cells" / "infer" / f"{cell.id}.json"
 
+    def adapt_record(self, cell: AdaptCell) -> Path:
+        return self.root / "cells" / "adapt" / f"{cell.id}.json"
+
+    def adapted_policy(self, cell: AdaptCell, budget: int) -> Path:
+        return self.root / "policies" / f"{cell.id}-k{budget}.json"
+
     def eval_record(self, cell: EvalCell) -> Path:
         return self.root / "cells" / "eval" / f"{cell.id}.json"
 
@@ -141,7 +151,7 @@ def _params(config: dict[str, Any], key: str, inp: int = 64) -> int:
     return sum(a * b for a, b in itertools.pairwise(widths))
 
 
-Cell = DemosCell | InferCell | EvalCell | CeilingCell | CertCell
+Cell = DemosCell | InferCell | AdaptCell | EvalCell | CeilingCell | CertCell
 
 
 def cell_cost(cell: Cell, actor_params: dict[str, int]) -> float:
@@ -153,6 +163,8 @@ def cell_cost(cell: Cell, actor_params: dict[str, int]) -> float:
         return cell.episodes * 1000 * _ENV_STEP[cell.model.domain] * 1.3
     if isinstance(cell, EvalCell | CeilingCell):
         return cell.episodes * 1000 * _ENV_STEP[_demos(cell).model.domain] * 1.3
+    if isinstance(cell, AdaptCell):
+        return cell.config["budget"] * 1000 * _ENV_STEP[cell.infer.demos.model.domain] * 1.3
     cfg = cell.variant.config
     if cell.variant.preset is None:
         per_step = 6 * actor_params[cell.demos.model.checkpoint] * cfg["batch_size"]
@@ -267,9 +279,38 @@ def _stored_policy(store: Store, inf: InferCell) -> tuple[list[float] | None, Ba
     return json.loads(path.read_text())["z"], None
 
 
+def _adapted_z(store: Store, cell: EvalCell) -> tuple[list[float], Path]:
+    """An adapted task vector: the search's best candidate after `cell.budget` episodes,
+    written as a task-vector file beside the inference's (once)."""
+    from rbfm.policy_files import save_z
+
+    a, k = cell.adapt, cell.budget
+    assert a is not None and k is not None
+    rec = store.read(store.adapt_record(a))
+    z = rec["candidates"][rec["best"][k // a.config["states"] - 1]]
+    path = store.adapted_policy(a, k)
+    if not path.exists():
+        source = json.loads(
+            (store.root / store.read(store.infer_record(a.infer))["policy"]).read_text()
+        )
+        source.pop("z")
+        meta = source | {
+            "method": a.infer.variant.method,
+            "adaptation": {"cell": a.id, "episodes": k, "family": a.family, "level": a.level}
+            | a.config,
+        }
+        save_z(path, torch.tensor(z), meta)
+    return z, path
+
+
 def _eval_entry(store: Store, cell: EvalCell) -> EvalEntry:
     inf = cell.infer
-    z, pol = _stored_policy(store, inf)
+    z: list[float] | None
+    pol: BaselineState | None
+    if cell.adapt is not None:
+        z, pol = _adapted_z(store, cell)[0], None
+    else:
+        z, pol = _stored_policy(store, inf)
     return EvalEntry(
         cell.id,
         inf.demos.model.domain,
@@ -334,15 +375,33 @@ def _pack(cells: list[C], batch: int, parallel: int) -> list[list[C]]:
     return jobs
 
 
+def _pack_adapt(cells: list[AdaptCell], batch: int, parallel: int) -> list[list[AdaptCell]]:
+    """Adaptations grouped by (model, config), in plan order, into jobs of at most
+    `batch` episodes per round, and at least as many jobs as workers when they can be."""
+    groups: dict[str, list[AdaptCell]] = {}
+    for c in cells:
+        key = json.dumps([c.infer.demos.model.checkpoint, c.config], sort_keys=True)
+        groups.setdefault(key, []).append(c)
+    size = max(1, min(batch, math.ceil(len(cells) / max(parallel, 1))))
+    jobs: list[list[AdaptCell]] = []
+    for group in groups.values():
+        per_job = max(1, size // group[0].config["states"])
+        jobs += [group[i : i + per_job] for i in range(0, len(group), per_job)]
+    return jobs
+
+
 def _result_row(store: Store, cell: EvalCell, returns: np.ndarray, unstable: int) -> ResultRow:
     inf = cell.infer
     record = store.read(store.infer_record(inf))
+    policy = record["policy"]
+    if cell.adapt is not None:
+        policy = str(_adapted_z(store, cell)[1].relative_to(store.root))
     return ResultRow(
         domain=inf.demos.model.domain,
         dataset=inf.demos.model.dataset,
         task=inf.demos.task,
         method=inf.variant.method,
-        variant=inf.variant.label,
+        variant=cell.variant,
         eps=inf.variant.eps,
         seed=inf.seed,
         family=cell.family,
@@ -352,7 +411,7 @@ def _result_row(store: Store, cell: EvalCell, returns: np.ndarray, unstable: int
         std=float(returns.std()),
         unstable=unstable,
         inference_seconds=float(record["seconds"]),
-        policy=str(record["policy"]),
+        policy=str(policy),
         cell=cell.id,
         expert=inf.demos.expert.name,
     )
@@ -385,23 +444,33 @@ def run_experiment(
     start = time.perf_counter()
     p = plan(spec)  # validates everything before any work
     store = Store(out)
-    for kind in ("infer", "eval", "ceiling", "certificate"):
+    for kind in ("infer", "adapt", "eval", "ceiling", "certificate"):
         (store.root / "cells" / kind).mkdir(parents=True, exist_ok=True)
     for sub in ("demos", "policies"):
         (store.root / sub).mkdir(parents=True, exist_ok=True)
     _write_json(store.root / "spec.json", {"spec": dataclasses.asdict(spec)})
     demos_todo = [d for d in p.demos if not store.demos(d).exists()]
     infer_todo = [i for i in p.infers if not store.infer_record(i).exists()]
+    adapt_todo = [a for a in p.adapts if not store.adapt_record(a).exists()]
     eval_todo = [e for e in p.evals if not store.eval_record(e).exists()]
     ceiling_todo = [c for c in p.ceilings if not store.ceiling_record(c).exists()]
     cert_todo = [c for c in p.certs if not store.cert_record(c).exists()]
-    todo_cells: list[Cell] = [*demos_todo, *infer_todo, *eval_todo, *ceiling_todo, *cert_todo]
+    todo_cells: list[Cell] = [
+        *demos_todo,
+        *infer_todo,
+        *adapt_todo,
+        *eval_todo,
+        *ceiling_todo,
+        *cert_todo,
+    ]
     skipped = p.total - len(todo_cells)
     actor = {ck: _actor_params(ck) for ck in {d.model.checkpoint for d in p.demos}}
-    cells: list[Cell] = [*p.demos, *p.infers, *p.evals, *p.ceilings, *p.certs]
+    cells: list[Cell] = [*p.demos, *p.infers, *p.adapts, *p.evals, *p.ceilings, *p.certs]
     costs = {c.id: cell_cost(c, actor) for c in cells}
     bar = _Progress(costs, {c.id for c in cells} - {c.id for c in todo_cells}, progress)
     computed = {"demos": 0, "infer": 0, "eval": 0, "ceiling": 0, "certificate": 0}
+    if p.adapts:  # runs without adaptation report what they always did
+        computed["adapt"] = 0
     try:
         jobs_d = [
             DemosJob(
@@ -444,6 +513,34 @@ def run_experiment(
             _save_infer(store, infer_todo[i], result)
             computed["infer"] += 1
             bar.update([infer_todo[i].id])
+
+        packed_a = _pack_adapt(adapt_todo, eval_batch, executor.parallel)
+        jobs_a = [
+            AdaptJob(
+                cells[0].infer.demos.model.checkpoint,
+                cells[0].config,
+                [
+                    AdaptTask(
+                        a.id,
+                        _stored_policy(store, a.infer)[0] or [],
+                        drawn(a.infer),
+                        a.infer.demos.model.domain,
+                        a.infer.demos.task,
+                        None if a.family == NOMINAL else a.family,
+                        a.level,
+                        a.infer.seed,
+                    )
+                    for a in cells
+                ],
+            )
+            for cells in packed_a
+        ]
+        for i, outputs in _stage(executor, run_adapt, jobs_a, bar, "adaptation"):
+            for a, res in zip(packed_a[i], outputs, strict=True):
+                assert res.cell == a.id
+                _write_json(store.adapt_record(a), dataclasses.asdict(res))
+            computed["adapt"] += len(packed_a[i])
+            bar.update([a.id for a in packed_a[i]])
 
         packed = _pack(eval_todo, eval_batch, executor.parallel)
         jobs_e = [
@@ -493,6 +590,8 @@ def run_experiment(
     results = write_table(store.root / "results.csv", collect_rows(store, p))
     certificates = write_certificates(store, p)
     write_ceilings(store, p)
+    if p.adapts:
+        write_adaptations(store, p)
     return RunSummary(p, computed, skipped, time.perf_counter() - start, results, certificates)
 
 
@@ -513,6 +612,41 @@ def collect_rows(store: Store, p: Plan) -> list[ResultRow]:
             }
             rows.append(ResultRow(**row))
     return rows
+
+
+def write_adaptations(store: Store, p: Plan) -> Path:
+    """adaptations.csv: per finished adaptation, what it cost (episodes, seconds per
+    problem in its batch) and the B distance to the demonstrations at its start z and
+    at its answer after the whole budget."""
+    rows: list[dict[str, object]] = []
+    for a in p.adapts:
+        path = store.adapt_record(a)
+        if not path.exists():
+            continue
+        rec, inf = store.read(path), a.infer
+        rows.append(
+            {
+                "domain": inf.demos.model.domain,
+                "dataset": inf.demos.model.dataset,
+                "task": inf.demos.task,
+                "expert": inf.demos.expert.name,
+                "method": inf.variant.method,
+                "adaptation": a.label,
+                "seed": inf.seed,
+                "family": a.family,
+                "level": "" if a.level is None else a.level,
+                "episodes": len(rec["candidates"]) * a.config["states"],
+                "seconds": round(rec["seconds"], 3),
+                "unstable": rec["unstable"],
+                "distance_start": rec["distances"][0],
+                "distance_chosen": rec["distances"][rec["best"][-1]],
+                "cell": a.id,
+            }
+        )
+    out = store.root / "adaptations.csv"
+    columns = tuple(rows[0]) if rows else ("cell",)
+    atomic_csv(out, rows, columns)
+    return out
 
 
 def write_ceilings(store: Store, p: Plan) -> Path:

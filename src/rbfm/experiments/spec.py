@@ -24,6 +24,12 @@ fields, checkpoints) before any work starts, and names the field in its errors.
     experts = ["model:cheetah:rnd-v1"]  # optional: this model's expert sources instead
                                  # of the spec's (a model:NAME expert is of one domain)
 
+    [[adapt]]                    # optional: adapt FB task vectors at each level
+    budget = 10                  # episodes in the evaluated environment (AdaptConfig)
+    evaluate = [2, 5, 10]        # the budgets evaluated: prefixes of one search
+    criterion = "demos"          # reward-free; "reward" is the oracle (results: oracle-kK)
+    methods = ["fbil"]           # whose task vectors start the search
+
     [[methods]]
     name = "rbfm-heavy"
     eps = [0.4, 0.8]             # a list makes one variant per value (Q5)
@@ -43,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from rbfm import EVAL_SEED
+from rbfm.envs import families, get_perturbation
 from rbfm.errors import ConfigError
 from rbfm.methods import BASELINE_METHODS, FB_METHODS, NAMES
 
@@ -53,9 +60,11 @@ from rbfm.methods import BASELINE_METHODS, FB_METHODS, NAMES
 # demonstrations (FB-IL's nominal loss 0.3-0.6 against ~1e-12) while the expert still
 # does the task (docs/inference.md: its returns). "model:NAME" is the reward-inferred
 # policy of another FB model of the same domain (a shipped name such as "walker:aps", or
-# a checkpoint path): an independent expert.
+# a checkpoint path): an independent expert. "noisy:NAME" is NAME's policy with the noisy
+# expert's noise (NAME may be the model itself): several models imitating one model's
+# noisy demonstrations, the same episodes for all (same expert, z, noise and seed).
 NOISY_STD = 0.3
-EXPERT_KINDS = ("own", "noisy", "model:NAME")
+EXPERT_KINDS = ("own", "noisy", "model:NAME", "noisy:NAME")
 
 
 @dataclass(frozen=True)
@@ -86,6 +95,24 @@ class MethodEntry:
 
 
 @dataclass(frozen=True)
+class AdaptEntry:
+    """Reward-free adaptation (`rbfm.inference.adapt`) of FB task vectors in each
+    evaluated environment; each budget in `evaluate` is evaluated like a task vector and
+    named `adapt-kK` (`oracle-kK` for the reward oracle) in the results' variant."""
+
+    budget: int = 10
+    evaluate: tuple[int, ...] = (2, 5, 10)
+    criterion: str = "demos"
+    states: int = 1
+    methods: tuple[str, ...] = ("fbil",)
+    datasets: tuple[str, ...] = ()  # () = every model; else the models of these labels
+
+    @property
+    def label(self) -> str:
+        return "oracle" if self.criterion == "reward" else "adapt"
+
+
+@dataclass(frozen=True)
 class ExperimentSpec:
     name: str
     models: tuple[ModelEntry, ...]
@@ -105,6 +132,7 @@ class ExperimentSpec:
     # Certificates are cells of their own: turned on for a run whose inferences are done,
     # they are all that is computed.
     certificate_steps: int = 1000
+    adapt: tuple[AdaptEntry, ...] = ()
 
 
 def _methods(
@@ -150,6 +178,39 @@ CPU_GRID: dict[str, Any] = {
     "bf16": True,
     "certificate_steps": 0,
 }
+
+
+# Robustness from the model: per domain, the nominal comparison model (the `cpu`-sized
+# model whose data and recipe the diverse ones repeat) and the two models pretrained on
+# dynamics-diverse data with that recipe (docs/models.md: plain FB, and FB with a context
+# of the last 8 steps). Every model imitates the same demonstrations: the nominal model's
+# noisy expert, and an independent expert (another model of the domain, noiseless).
+# Walker is absent: its diverse data and models need a run longer than a CPU session.
+SHIFT_DOMAINS = {"cheetah": ("rnd-v1", "cheetah:cpu"), "quadruped": ("rnd-v2", "quadruped:rnd-v1")}
+SHIFT_LABELS = ("rnd-rand", "rnd-rand-ctx")
+
+
+def _shift_models(domain: str, independent: bool = True) -> tuple[ModelEntry, ...]:
+    nominal, other = SHIFT_DOMAINS[domain]
+    experts = (f"noisy:{domain}:{nominal}", *([f"model:{other}"] if independent else []))
+    return tuple(
+        ModelEntry(domain, label, checkpoint=f"{domain}:{label}", experts=experts)
+        for label in (nominal, *SHIFT_LABELS)
+    )
+
+
+# Adapting to the dynamics met: FB-IL's and RBFM-Light's task vectors adapted with
+# K = 2, 5 and 10 reward-free episodes at every evaluated level, and the reward oracle's
+# search at the same budgets (rbfm.inference.adapt; settings fixed before any grid ran).
+ADAPT = (
+    AdaptEntry(budget=10, evaluate=(2, 5, 10), methods=("fbil", "rbfm-light")),
+    AdaptEntry(budget=10, evaluate=(2, 5, 10), criterion="reward", methods=("fbil",)),
+)
+
+
+def _ends(levels: tuple[float, ...]) -> tuple[float, ...]:
+    """Nominal and a sweep's two strongest levels."""
+    return (levels[0], *levels[-2:])
 
 
 def _grid(name: str, models: tuple[ModelEntry, ...]) -> ExperimentSpec:
@@ -342,6 +403,50 @@ PRESETS: dict[str, ExperimentSpec] = {
         )
         for domain in ("walker", "quadruped", "cheetah")
     },
+    # Robustness from the model (docs/results.md): every FB method, both experts.
+    "shift": ExperimentSpec(
+        name="shift",
+        models=(*_shift_models("cheetah"), *_shift_models("quadruped")),
+        methods=_methods(*FB_METHODS),
+        **CPU_GRID,
+    ),
+    # Its FB-IL cells on the noisy demonstrations: what the goal reads, first.
+    **{
+        f"shift-fbil-{domain}": ExperimentSpec(
+            name=f"shift-fbil-{domain}",
+            models=_shift_models(domain, independent=False),
+            methods=(MethodEntry("fbil"),),
+            **CPU_GRID,
+        )
+        for domain in SHIFT_DOMAINS
+    },
+    # Adapting to the dynamics met: each domain's default model on the noisy expert's
+    # demonstrations, FB-IL and RBFM-Light, every task, family and level.
+    "adapt": ExperimentSpec(
+        name="adapt",
+        models=(ModelEntry("walker"), ModelEntry("quadruped"), ModelEntry("cheetah")),
+        methods=_methods("fbil", "rbfm-light"),
+        adapt=ADAPT,
+        **{**CPU_GRID, "experts": ("noisy",)},
+    ),
+    # The same on the `cpu`-sized cheetah of `shift`, FB-IL only, at nominal and the two
+    # strongest levels (what the goal reads): its first slice.
+    "adapt-fbil-cheetah": ExperimentSpec(
+        name="adapt-fbil-cheetah",
+        models=(
+            ModelEntry(
+                "cheetah",
+                "rnd-v1",
+                checkpoint="cheetah:rnd-v1",
+                levels={
+                    f: _ends(get_perturbation("cheetah", f).levels) for f in families("cheetah")
+                },
+            ),
+        ),
+        methods=(MethodEntry("fbil"),),
+        adapt=tuple(dataclasses.replace(a, methods=("fbil",)) for a in ADAPT),
+        **{**CPU_GRID, "experts": ("noisy",)},
+    ),
     # The paper's grid (Section 4) at its scale: the paper's models, the FB methods at their
     # default settings, the baselines at their paper presets, 100 episodes per level, FB
     # inference in float32, both expert sources.
@@ -451,7 +556,23 @@ def from_dict(data: dict[str, Any], where: str = "spec") -> ExperimentSpec:
                 datasets=_str_tuple(m.get("datasets", []), f"{w}.datasets"),
             )
         )
-    rest = {k: v for k, v in data.items() if k not in ("models", "methods")}
+    adapt = []
+    for w, a in _tables(data, "adapt", AdaptEntry, "budget", where) if "adapt" in data else []:
+        evaluate = a.get("evaluate", [a["budget"]])
+        if not isinstance(evaluate, list) or not all(isinstance(k, int) for k in evaluate):
+            raise _err(f"{w}.evaluate", f"expected a list of episode budgets, got {evaluate!r}")
+        adapt.append(
+            AdaptEntry(
+                budget=a["budget"],
+                evaluate=tuple(evaluate),
+                criterion=str(a.get("criterion", "demos")),
+                states=a.get("states", 1),
+                methods=_str_tuple(a.get("methods", ["fbil"]), f"{w}.methods"),
+                datasets=_str_tuple(a.get("datasets", []), f"{w}.datasets"),
+            )
+        )
+    rest = {k: v for k, v in data.items() if k not in ("models", "methods", "adapt")}
+    rest["adapt"] = tuple(adapt)
     if "seeds" in rest:
         seeds = rest["seeds"]
         if isinstance(seeds, int) and not isinstance(seeds, bool):

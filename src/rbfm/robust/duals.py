@@ -162,6 +162,9 @@ class InactiveBallWarning(UserWarning):
     has (`Divergence.largest`): the ball constrains nothing."""
 
 
+_WARNED: set[str] = set()
+
+
 def ball_inactive(owner: str, divergence: Divergence, eps: float, n: int) -> bool:
     """Whether the f-ball of radius eps around n equally weighted transitions holds every
     distribution on them, with an `InactiveBallWarning` when it does. Then the robust
@@ -171,6 +174,9 @@ def ball_inactive(owner: str, divergence: Divergence, eps: float, n: int) -> boo
     largest = divergence.largest(n)
     if eps < largest:
         return False
+    if owner in _WARNED:  # once per method and process: every inference of a grid hits it
+        return True
+    _WARNED.add(owner)
     warnings.warn(
         f"{owner}: eps {eps:g} is at least {largest:.3f}, the largest {divergence.name} "
         f"divergence of any distribution on these transitions: the ball holds every "

@@ -1,0 +1,176 @@
+"""The main job in a few calls: a model by name, your demonstrations, a policy by any
+method, and its return under a perturbation.
+
+    model = rbfm.load_model("cheetah:rnd-v1")
+    demos = rbfm.Demos.from_arrays("cheetah", "run", observations, actions)
+    fbil = rbfm.imitate(demos, "fbil", model)          # a task vector of the model
+    drbc = rbfm.imitate(demos, "drbc", steps=2000)      # a policy network of its own
+    rbfm.evaluate(fbil, perturbation="joint_friction", level=25.0).mean()
+
+Every method has the same call; FB methods (fbil, rbfm-light, rbfm-heavy) need the FB
+model, the baselines (drbc, bedroil) train their own network. `Imitation.save` writes
+the same files as `rbfm infer`, which `load_imitation` and `rbfm evaluate` read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from rbfm import EVAL_SEED
+from rbfm.data.demos import Demos
+from rbfm.errors import ConfigError
+from rbfm.evaluation import EnvSpec, Policy, RolloutEngine, fb_policy
+from rbfm.fb.model import FBModel
+
+
+@dataclass
+class Model:
+    """An FB model with its description (domain, tasks' reward-inferred z, ...)."""
+
+    fb: FBModel
+    meta: dict[str, Any]
+    name: str
+
+    @property
+    def domain(self) -> str:
+        return str(self.meta["domain"])
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        return tuple(self.meta.get("task_z", {}))
+
+    def task_z(self, task: str) -> torch.Tensor:
+        """The task's reward-inferred z stored with the model (its expert's)."""
+        stored = self.meta.get("task_z", {})
+        if task not in stored:
+            raise ConfigError(
+                f"{self.name} stores no z for {task!r}; it has: {', '.join(stored) or 'none'}"
+            )
+        return torch.tensor(stored[task], dtype=torch.float32)
+
+
+def load_model(name: str | os.PathLike[str], device: str | None = None) -> Model:
+    """A shipped model by name (`walker`, `cheetah:rnd-v1`, ...), a pretraining run
+    directory, or a checkpoint file."""
+    from rbfm.fb.checkpoint import load_checkpoint
+
+    fb, meta = load_checkpoint(name, device=device)
+    return Model(fb.requires_grad_(False), meta, str(name))
+
+
+@dataclass
+class Imitation:
+    """What a method inferred from demonstrations: a task vector of `model` (FB
+    methods) or a policy network (baselines)."""
+
+    method: str
+    domain: str
+    task: str
+    z: torch.Tensor | None = None
+    model: Model | None = None
+    network: nn.Module | None = None
+    seconds: float = 0.0
+    info: dict[str, Any] | None = None
+
+    def policy(self) -> Policy:
+        """The rollout engine's policy: pi_z of the model, or the network."""
+        from rbfm.baselines import as_policy
+
+        if self.z is not None:
+            assert self.model is not None
+            return fb_policy(self.model.fb, self.z)
+        assert self.network is not None
+        return as_policy(self.network)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """A task-vector file (`.json`) or a policy's `.json`/`.safetensors` pair."""
+        from rbfm.baselines import write_policy
+        from rbfm.policy_files import save_z
+
+        meta = {"method": self.method, "domain": self.domain, "task": self.task}
+        if self.z is not None:
+            assert self.model is not None
+            sha = {"model_sha256": self.model.meta["sha256"], "checkpoint": self.model.name}
+            return save_z(Path(path), self.z, meta | sha | (self.info or {}))
+        assert self.network is not None
+        stem = Path(path).with_suffix("")
+        write_policy(stem, self.method, self.network, self.domain, meta | (self.info or {}))
+        return stem.with_suffix(".json")
+
+
+def imitate(
+    demos: Demos,
+    method: str = "fbil",
+    model: Model | None = None,
+    seed: int = 0,
+    settings: str | None = None,
+    **overrides: Any,
+) -> Imitation:
+    """Infers a policy for `demos` with `method`. `settings`: the FB methods' named
+    settings ("default", "paper") or the baselines' preset ("cpu", "paper"); `overrides`
+    set fields of the method's config (e.g. eps=0.5, steps=2000)."""
+    from rbfm.baselines import train_baseline
+    from rbfm.inference import infer
+    from rbfm.methods import get_method
+
+    if get_method(method).is_fb:
+        if model is None:
+            raise ConfigError(f"imitate: {method} infers a task vector of an FB model: pass model=")
+        if model.domain != demos.domain:
+            raise ConfigError(
+                f"imitate: demonstrations of {demos.domain} for a {model.domain} model"
+            )
+        res = infer(model.fb, demos, method, seed, settings=settings or "default", **overrides)
+        fit = {"converged": res.converged, "objective": res.objective, "seed": seed}
+        return Imitation(method, demos.domain, demos.task, res.z, model, None, res.seconds, fit)
+    if model is not None:
+        raise ConfigError(f"imitate: {method} trains its own policy; it takes no model")
+    result, config = train_baseline(method, demos, settings or "cpu", seed, overrides)
+    info: dict[str, Any] = {"config": config, "seed": seed}
+    return Imitation(
+        method, demos.domain, demos.task, None, None, result.policy, result.seconds, info
+    )
+
+
+def load_imitation(path: str | os.PathLike[str], model: Model | None = None) -> Imitation:
+    """An imitation saved by `Imitation.save` or `rbfm infer` (a task vector needs the
+    model it was inferred for)."""
+    from rbfm.policy_files import check_z, load_any
+
+    method, z, network, info = load_any(path)
+    if z is not None:
+        if model is None:
+            raise ConfigError(f"{path}: a task vector; pass the model it was inferred for")
+        check_z(path, z, info, model.meta)
+    domain = str(info.get("domain", model.domain if model else ""))
+    return Imitation(method, domain, str(info.get("task", "")), z, model, network, 0.0, info)
+
+
+def evaluate(
+    imitation: Imitation,
+    task: str | None = None,
+    perturbation: str | None = None,
+    level: float | None = None,
+    episodes: int = 10,
+    seed: int = EVAL_SEED,
+) -> np.ndarray:
+    """The returns of `episodes` episodes of the imitation's task (or `task`) under a
+    perturbation family at a level (paper units; `rbfm envs` lists them)."""
+    from rbfm.envs import get_perturbation
+
+    if episodes < 1:
+        raise ConfigError(f"evaluate: episodes {episodes} (valid: >= 1)")
+    if (perturbation is None) != (level is None):
+        raise ConfigError("evaluate: give a perturbation family and a level, or neither")
+    if perturbation is not None and level is not None:
+        get_perturbation(imitation.domain, perturbation).check(level)
+    spec = EnvSpec(imitation.domain, task or imitation.task, perturbation, level)
+    with RolloutEngine(0) as engine:
+        return engine.run(spec, imitation.policy(), episodes, seed=seed).returns

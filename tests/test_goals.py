@@ -1,0 +1,59 @@
+"""The goal tables: pooled IQM ratios to a reference, by range of levels."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rbfm.envs import get_perturbation
+from rbfm.errors import ConfigError
+from rbfm.experiments.goals import goal_table, scores
+from rbfm.experiments.table import ResultRow
+
+
+def _rows() -> list[ResultRow]:
+    """A nominal model whose return falls with the level, and a diverse one that loses 5%
+    at nominal and holds 1.5x as much at the strongest levels."""
+    rows = []
+    levels = get_perturbation("cheetah", "joint_friction").levels
+    rng = np.random.default_rng(0)
+    for dataset, gain in (("rnd-v1", 0.0), ("rnd-rand", 1.0)):
+        for i, level in enumerate(levels):
+            base = 400.0 * (1 - i / 7)
+            ret = base * (0.95 + gain * 0.55 * i / 5) if gain else base
+            for seed in range(5):
+                rows.append(
+                    ResultRow(
+                        "cheetah",
+                        dataset,
+                        "run",
+                        "fbil",
+                        "",
+                        None,
+                        seed,
+                        "joint_friction",
+                        level,
+                        20,
+                        ret + rng.normal(0, 2),
+                        1.0,
+                        0,
+                        1.0,
+                        "p",
+                        f"{dataset}{i}{seed}",
+                    )
+                )
+    return rows
+
+
+def test_ratios_by_range_against_the_reference() -> None:
+    rows = _rows()
+    table = goal_table(rows, "rnd-v1:fbil", reps=200)
+    line = next(x for x in table.splitlines() if x.startswith("| rnd-rand:fbil"))
+    nominal, _, strongest = line.split("|")[2:5]
+    assert "(0.95x*)" in nominal
+    assert "(1.4" in strongest and "x*)" in strongest  # 1.39x and 1.5x pooled, disjoint
+    assert "(1.00x)" in next(x for x in table.splitlines() if x.startswith("| rnd-v1:fbil"))
+    # Each range pools its levels: two strongest = levels 5 and 6, 5 seeds x 2 columns.
+    assert scores(rows, (4, 5))["rnd-v1:fbil"].shape == (5, 2)
+    with pytest.raises(ConfigError, match="--reference"):
+        goal_table(rows, "rnd:fbil")
