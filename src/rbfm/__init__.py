@@ -31,7 +31,15 @@ _API = {
     "Demos": "rbfm.data.demos",
     **{
         n: "rbfm.api"
-        for n in ("Model", "Imitation", "load_model", "imitate", "load_imitation", "evaluate")
+        for n in (
+            "Model",
+            "Imitation",
+            "load_model",
+            "imitate",
+            "adapt",
+            "load_imitation",
+            "evaluate",
+        )
     },
 }
 
@@ -41,6 +49,7 @@ __all__ = [
     "Demos",
     "Imitation",
     "Model",
+    "adapt",
     "evaluate",
     "imitate",
     "load_imitation",

@@ -139,6 +139,39 @@ def imitate(
     )
 
 
+def adapt(
+    imitation: Imitation,
+    demos: Demos,
+    perturbation: str | None = None,
+    level: float | None = None,
+    episodes: int = 10,
+    seed: int = 0,
+) -> Imitation:
+    """An FB imitation's z adapted with `episodes` reward-free episodes in the environment
+    it meets (`rbfm.inference.adapt`: its states matched to the demonstrations' in B's
+    space)."""
+    from rbfm.inference.adapt import AdaptConfig
+    from rbfm.inference.adapt import adapt as adapt_z
+
+    if imitation.z is None or imitation.model is None:
+        raise ConfigError(f"adapt: {imitation.method} is a policy network; only task vectors adapt")
+    if (perturbation is None) != (level is None):
+        raise ConfigError("adapt: give a perturbation family and a level, or neither")
+    env = EnvSpec(imitation.domain, imitation.task, perturbation, level)
+    res = adapt_z(imitation.model.fb, demos, imitation.z, env, AdaptConfig(budget=episodes), seed)
+    info = (imitation.info or {}) | {"adapted": {"episodes": res.episodes, "level": level}}
+    return Imitation(
+        imitation.method,
+        imitation.domain,
+        imitation.task,
+        res.z,
+        imitation.model,
+        None,
+        res.seconds,
+        info | {"perturbation": perturbation},
+    )
+
+
 def load_imitation(path: str | os.PathLike[str], model: Model | None = None) -> Imitation:
     """An imitation saved by `Imitation.save` or `rbfm infer` (a task vector needs the
     model it was inferred for)."""
