@@ -176,6 +176,23 @@ CHECKPOINT_HELP = (
 )
 
 
+def _task_help(what: str) -> str:
+    from rbfm.envs import TASKS
+
+    listed = "; ".join(f"{d}: {', '.join(t)}" for d, t in TASKS.items())
+    return f"{what} ({listed})"
+
+
+def _family_help(what: str) -> str:
+    from rbfm.envs import PERTURBATIONS
+
+    by: dict[str, list[str]] = {}
+    for d, f in PERTURBATIONS:
+        by.setdefault(d, []).append(f)
+    listed = "; ".join(f"{d}: {', '.join(fs)}" for d, fs in by.items())
+    return f"{what} ({listed})"
+
+
 def _cmd_zero_shot(args: argparse.Namespace) -> None:
     from rbfm.atomic import atomic_csv
     from rbfm.envs import TASKS
@@ -661,6 +678,11 @@ def build_parser() -> argparse.ArgumentParser:
         "quickstart",
         help="the whole pipeline on cheetah at a small scale: demonstrations, FB-IL, "
         "RBFM-Light, RBFM-Heavy and a perturbation sweep (table and plot)",
+        description="On the cpu-sized cheetah shipped with rbfm: 10 noisy demonstrations of "
+        "its walk policy, task vectors by FB-IL, RBFM-Light and RBFM-Heavy (3 seeds, one "
+        "demonstration each), evaluated under six joint-friction levels; prints the table "
+        "and a reading of it, writes OUT/sweep.csv and OUT/sweep.png (about a minute on 2 "
+        "cores; docs/quickstart.md).",
     )
     p.add_argument(
         "--out",
@@ -865,7 +887,7 @@ def build_parser() -> argparse.ArgumentParser:
         "reward-inferred policy (nominal dynamics)",
     )
     p.add_argument("--checkpoint", required=True, help=CHECKPOINT_HELP)
-    p.add_argument("--task", required=True, help="the domain's task to demonstrate")
+    p.add_argument("--task", required=True, help=_task_help("the domain's task to demonstrate"))
     p.add_argument("--episodes", type=int, default=200, help="demonstration episodes rolled out")
     p.add_argument("--out", required=True, help="demonstrations file (.npz)")
     p.add_argument(
@@ -893,7 +915,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = _command(
         sub, "infer", help="infer a task vector z from demonstrations (or train a baseline policy)"
     )
-    p.add_argument("--checkpoint", default=None, help="FB model (not used by the baselines)")
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="FB model (not used by the baselines); " + CHECKPOINT_HELP,
+    )
     p.add_argument("--demos", required=True, help="demonstrations file from `rbfm demos`")
     p.add_argument(
         "--method",
@@ -908,7 +934,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="baselines: paper (Tables 8-9) or cpu (far fewer steps)",
     )
     p.add_argument(
-        "--eps", type=float, default=None, help="robustness radius (default: the method's config)"
+        "--eps",
+        type=float,
+        default=None,
+        help="robustness radius (default: the method's config: 0.8 for RBFM-Light, RBFM-Heavy "
+        "and BE-DROIL; DRBC's preset's, 0.5 at cpu)",
     )
     p.add_argument(
         "--settings",
@@ -953,7 +983,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", required=True, help="FB model of the z (shipped names work)")
     p.add_argument("--demos", required=True, help="demonstrations file from `rbfm demos`")
     p.add_argument("--z", required=True, help="task-vector file from `rbfm infer`")
-    p.add_argument("--perturbation", default=None, help="family of the deployed environment")
+    p.add_argument(
+        "--perturbation", default=None, help=_family_help("family of the deployed environment")
+    )
     p.add_argument("--level", type=float, default=None, help="its level (paper units)")
     p.add_argument("--episodes", type=int, default=10, help="episode budget (default: 10)")
     p.add_argument(
@@ -975,15 +1007,21 @@ def build_parser() -> argparse.ArgumentParser:
         "evaluate",
         help="evaluate task vectors and baseline policies under a perturbation sweep",
     )
-    p.add_argument("--checkpoint", default=None, help="the FB model of the task vectors")
+    p.add_argument(
+        "--checkpoint", default=None, help="the FB model of the task vectors; " + CHECKPOINT_HELP
+    )
     p.add_argument(
         "--z",
         nargs="+",
         required=True,
         help="files from `rbfm infer`: task vectors (.json) and baseline policies",
     )
-    p.add_argument("--task", required=True, help="task whose reward scores the episodes")
-    p.add_argument("--perturbation", default=None, help="family (default: nominal only)")
+    p.add_argument(
+        "--task", required=True, help=_task_help("task whose reward scores the episodes")
+    )
+    p.add_argument(
+        "--perturbation", default=None, help=_family_help("family (default: nominal only)")
+    )
     p.add_argument(
         "--levels",
         type=float,
