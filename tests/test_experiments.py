@@ -748,3 +748,18 @@ def test_adaptation_is_an_axis_of_cells_evaluated_at_each_budget(
         plan(from_dict({**data, "adapt": [{"budget": 2, "evaluate": [3]}]}))
     with pytest.raises(ConfigError, match=r"adapt\[0\].methods: 'drbc'"):
         plan(from_dict({**data, "adapt": [{"budget": 2, "methods": ["drbc"]}]}))
+
+
+def test_a_truncated_model_is_refused_before_anything_is_written(
+    checkpoint: str, tmp_path: Path
+) -> None:
+    import shutil
+
+    stem = tmp_path / "cut"
+    for suffix in (".json", ".safetensors"):
+        shutil.copy(Path(checkpoint).with_suffix(suffix), stem.with_suffix(suffix))
+    weights = stem.with_suffix(".safetensors")
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with pytest.raises(ConfigError, match=r"models\[0\].checkpoint: .*corrupt"):
+        run_experiment(from_dict(smoke_dict(str(stem))), tmp_path / "run", LocalExecutor(0))
+    assert not (tmp_path / "run").exists()

@@ -31,7 +31,7 @@ from rbfm.experiments.spec import (
     ModelEntry,
     pick_levels,
 )
-from rbfm.fb.checkpoint import read_meta, resolve, shipped_model
+from rbfm.fb.checkpoint import read_meta, resolve, shipped_model, verify_weights
 from rbfm.methods import BASELINE_METHODS, ROBUST_FB_METHODS
 from rbfm.methods import NAMES as ALL_METHODS
 
@@ -202,6 +202,7 @@ def _meta(stem: Path, domain: str, where: str) -> dict[str, Any]:
     """A checkpoint's metadata, which must be that of a `domain` model."""
     try:
         meta = read_meta(stem)
+        verify_weights(stem, meta)  # a truncated file is refused here, not after the work
     except RbfmError as e:
         raise ConfigError(f"{where}: {e}") from e
     if meta.get("domain") != domain:

@@ -148,6 +148,15 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     return meta
 
 
+def verify_weights(stem: Path, meta: dict[str, Any]) -> None:
+    """The weights file exists and is the one its description names (its SHA-256)."""
+    weights = stem.with_suffix(".safetensors")
+    if not weights.exists():
+        raise CheckpointError(f"{weights}: missing weights file")
+    if _sha256(weights) != meta.get("sha256"):
+        raise CheckpointError(f"{weights}: contents do not match {stem.name}.json (corrupt?)")
+
+
 def load_checkpoint(
     path: str | os.PathLike[str], domain: str | None = None, device: str | None = None
 ) -> tuple[FBModel, dict[str, Any]]:
@@ -163,10 +172,7 @@ def load_checkpoint(
             f"{stem}: dimensions {meta['obs_dim']}/{meta['action_dim']} do not match the "
             f"{spec.name} domain ({spec.obs_dim}/{spec.action_dim})"
         )
-    if not weights.exists():
-        raise CheckpointError(f"{weights}: missing weights file")
-    if _sha256(weights) != meta.get("sha256"):
-        raise CheckpointError(f"{weights}: contents do not match {stem.name}.json (corrupt?)")
+    verify_weights(stem, meta)
     try:
         state = load_file(str(weights))
     except (SafetensorError, OSError) as e:
