@@ -76,7 +76,7 @@ from rbfm.experiments.table import (
 from rbfm.methods import BASELINE_METHODS
 
 # Episodes per evaluation job (`rbfm experiment --eval-batch`). Each episode's environment
-# is a copy of one physics loaded per process: issue 21's grid ran 400-episode jobs with
+# is a copy of one physics loaded per process: the `grid` stages ran 400-episode jobs with
 # workers peaking at 1.6-2.0 GB (quadruped; before the copies a 400-episode walker job
 # took 5-7 GB), and a larger batch makes fewer actor calls per step of the grid.
 EVAL_BATCH = 400

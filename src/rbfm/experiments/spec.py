@@ -53,7 +53,7 @@ from rbfm.envs import families, get_perturbation
 from rbfm.errors import ConfigError
 from rbfm.methods import BASELINE_METHODS, FB_METHODS, NAMES
 
-# Expert sources: who demonstrates the task (issue 21). "own" is the paper's protocol, the
+# Expert sources: who demonstrates the task. "own" is the paper's protocol, the
 # model's own deterministic pi_{z_e}, which its z_e reproduces to ~1e-12, so every
 # method's objective shares that minimiser. "noisy" adds N(0, NOISY_STD^2) to each action,
 # clipped to [-1, 1]: 0.3 is 15% of the action range, enough that no z reproduces the
@@ -145,8 +145,8 @@ def _methods(
     return fb + base
 
 
-# The laptop-sized presets use the `cpu`-sized cheetah: the default one (since the twelfth
-# session) has Table 4's sizes, and `smoke` took 214 s on it against 14-19 s.
+# The laptop-sized presets use the `cpu`-sized cheetah: the default one (since 2026-11-26)
+# has Table 4's sizes, and `smoke` took 214 s on it against 14-19 s.
 CPU_CHEETAH = "cheetah:rnd-v1"
 
 # Issue 21's grid at CPU scale. bf16: the inference's actor passes in bfloat16 (a copy;
@@ -185,7 +185,8 @@ CPU_GRID: dict[str, Any] = {
 # dynamics-diverse data with that recipe (docs/models.md: plain FB, and FB with a context
 # of the last 8 steps). Every model imitates the same demonstrations: the nominal model's
 # noisy expert, and an independent expert (another model of the domain, noiseless).
-# Walker is absent: its diverse data and models need a run longer than a CPU session.
+# Walker is absent: its diverse data and models need ~4 h of two CPU cores (collection and
+# 200k updates), not yet run.
 SHIFT_DOMAINS = {"cheetah": ("rnd-v1", "cheetah:cpu"), "quadruped": ("rnd-v2", "quadruped:rnd-v1")}
 SHIFT_LABELS = ("rnd-rand", "rnd-rand-ctx")
 
@@ -253,7 +254,7 @@ PRESETS: dict[str, ExperimentSpec] = {
         episodes=2,
         certificate_steps=50,
     ),
-    # One real slice (issue 10's evidence): cheetah walk under joint friction, all five
+    # One real slice: cheetah walk under joint friction, all five
     # methods at their default settings, the baselines at their cpu presets.
     "slice": ExperimentSpec(
         name="slice",
@@ -280,7 +281,7 @@ PRESETS: dict[str, ExperimentSpec] = {
     # (where converged methods all return the expert) and on noisy ones (where they need
     # not). No certificates: their MLP critic fits would cost more than the whole
     # inference, and docs/inference.md measures each method's own objective exactly.
-    # Its models are pinned to those it was measured on (the defaults until issue 20's),
+    # Its models are pinned to those it was measured on (the defaults until 2026-11-25),
     # so that rerunning the preset measures the same models.
     "converge": ExperimentSpec(
         name="converge",
