@@ -149,7 +149,7 @@ def _methods(
 # has Table 4's sizes, and `smoke` took 214 s on it against 14-19 s.
 CPU_CHEETAH = "cheetah:rnd-v1"
 
-# Issue 21's grid at CPU scale. bf16: the inference's actor passes in bfloat16 (a copy;
+# The grid (docs/results.md) at CPU scale. bf16: the inference's actor passes in bfloat16 (a copy;
 # evaluation stays float32). On this project's 2-core AMD EPYC (avx512_bf16, no AMX) one
 # forward+backward pass over 4,000 demonstrated states costs 0.35 s instead of 1.30 s
 # for the paper-size quadruped actor and 0.023 s instead of 0.066 s for a `cpu`-size
@@ -275,7 +275,7 @@ PRESETS: dict[str, ExperimentSpec] = {
         methods=_methods(*NAMES, baselines_on=("walk",)),
         episodes=20,
     ),
-    # Issue 19's evidence: the converged default settings against the paper's, one
+    # The converged default settings against the paper's, one
     # (task, family) per domain (those of the paper's Figures 5-6 and the cheetah
     # quickstart), all 6 levels, 5 seeds x 20 episodes, on the model's own demonstrations
     # (where converged methods all return the expert) and on noisy ones (where they need
@@ -307,7 +307,7 @@ PRESETS: dict[str, ExperimentSpec] = {
         experts=("own", "noisy"),
         certificate_steps=0,
     ),
-    # Issue 21's grid, in the stages `docs/results/run.sh` runs in order into one run
+    # The grid of docs/results.md, in the stages `docs/results/run.sh` runs in order into one run
     # directory (cells are content-addressed, so a stage reuses every cell an earlier one
     # computed). At CPU scale: 20 evaluation episodes per level (the paper: 100), 5 seeds,
     # the model's own expert and the noisy one (figures and IQMs per source), FB methods
