@@ -347,7 +347,6 @@ def _cmd_infer(args: argparse.Namespace) -> None:
         fb_only = [
             flag
             for flag, given in (
-                ("--steps", args.steps is not None),
                 ("--settings", args.settings != "default"),
                 ("--bf16", args.bf16),
             )
@@ -355,8 +354,8 @@ def _cmd_infer(args: argparse.Namespace) -> None:
         ]
         if fb_only:
             raise ConfigError(
-                f"{', '.join(fb_only)}: FB methods only, not {args.method} (a baseline trains "
-                "its own policy for its --preset's steps)"
+                f"{', '.join(fb_only)}: FB methods only, not {args.method} (a baseline takes "
+                "a --preset, and --steps for its training steps)"
             )
         result, config, stem = train_to_file(
             args.method, demos, args.preset, args.seed, args.out, changes, described, True
@@ -951,7 +950,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps",
         type=int,
         default=None,
-        help="FB methods: the step cap (default 3000; paper: 3000 FB-IL, 5000 Light/Heavy)",
+        help="FB methods: the step cap (default 3000; paper: 3000 FB-IL, 5000 Light/Heavy); "
+        "baselines: the training steps (default: the --preset's, 20000 at cpu)",
     )
     p.add_argument("--num-demos", type=int, default=4, help="episodes drawn per seed")
     p.add_argument(
