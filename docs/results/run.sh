@@ -15,8 +15,12 @@ out=${RBFM_GRID_OUT:-runs/experiments/grid}
 workers=${RBFM_GRID_WORKERS:-2}
 stages=("$@")
 if [ ${#stages[@]} -eq 0 ]; then
-    stages=(q1 eps datasize q2 sources certify grid-walker grid-quadruped grid-cheetah independent grid)
+    stages=(q1 eps datasize q2 sources certify grid-walker grid-quadruped grid-cheetah independent grid
+        adapt-fbil-cheetah)
 fi
+# Stages read as ratios to one reference configuration (python -m rbfm.experiments.goals).
+declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [shift-fbil-cheetah]=rnd-v1:fbil
+    [shift-fbil-quadruped]=rnd-v2:fbil)
 for stage in "${stages[@]}"; do
     rbfm experiment "$stage" --out "$out" --workers "$workers" --figures
     dest="docs/results/$stage"
@@ -25,6 +29,11 @@ for stage in "${stages[@]}"; do
     cp -r "$out/figures/." "$dest/"
     cp "$out/results.csv" "$dest/"
     if [ -f "$out/experts.csv" ]; then cp "$out/experts.csv" "$dest/"; fi
+    if [ -n "${reference[$stage]:-}" ]; then
+        python -m rbfm.experiments.goals "$out/results.csv" --reference "${reference[$stage]}" \
+            > "$dest/goals.md"
+        cp "$out/adaptations.csv" "$dest/" 2>/dev/null || true
+    fi
     # A stage's certificates.csv holds its own plan's certificates: only `certify` has any.
     if [ "$(wc -l < "$out/certificates.csv")" -gt 1 ]; then
         cp "$out/certificates.csv" "$dest/"

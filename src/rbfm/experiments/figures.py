@@ -98,14 +98,43 @@ class _Style:
 # Drawing helpers
 
 
+_ADAPT_COLOURS = {"adapt": "C6", "oracle": "C7"}
+
+
+def _adaptation(variant: str) -> str | None:
+    """ "adapt" or "oracle" for an adapted task vector's variant (`fbil` `adapt-k5`)."""
+    for part in variant.split(","):
+        kind, _, budget = part.partition("-k")
+        if kind in _ADAPT_COLOURS and budget.isdigit():
+            return kind
+    return None
+
+
+def _budgets(variant: str) -> list[int]:
+    return [
+        int(part.partition("-k")[2]) for part in variant.split(",") if _adaptation(part) is not None
+    ]
+
+
 def _styles(rows: Sequence[ResultRow]) -> dict[str, _Style]:
     """A style per label: the method's colour and marker; its variants differ by line style."""
     styles: dict[str, _Style] = {}
     seen: Counter[str] = Counter()
     colours = dict(_COLOURS)
     method_of = {r.label: r.method for r in rows}
+    variant_of = {r.label: r.variant for r in rows}
+    budgets = sorted({b for v in variant_of.values() for b in _budgets(v)})
     for label in ordered_labels(rows):
         method = method_of[label]
+        kind = _adaptation(variant_of[label])
+        if kind is not None:  # one colour per adaptation kind, a line style per budget
+            (budget,) = _budgets(variant_of[label])
+            styles[label] = _Style(
+                colour=_ADAPT_COLOURS[kind],
+                marker=REGISTRY[method].marker if method in REGISTRY else "o",
+                linestyle=_LINESTYLES[(len(budgets) - 1 - budgets.index(budget)) % 4],
+            )
+            continue
         colours.setdefault(method, f"C{len(colours) % 10}")
         styles[label] = _Style(
             colour=colours[method],

@@ -592,6 +592,8 @@ def run_experiment(
     write_ceilings(store, p)
     if p.adapts:
         write_adaptations(store, p)
+    else:  # a run directory's table is its last plan's, as results.csv is
+        (store.root / "adaptations.csv").unlink(missing_ok=True)
     return RunSummary(p, computed, skipped, time.perf_counter() - start, results, certificates)
 
 
