@@ -93,8 +93,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.expert is not None:
         rows = [r for r in rows if r.expert == args.expert]
     for domain in dict.fromkeys(r.domain for r in rows):
-        print(f"### {domain}\n")
-        print(goal_table([r for r in rows if r.domain == domain], args.reference) + "\n")
+        mine = [r for r in rows if r.domain == domain]
+        print(f"### {domain}, pooled over its tasks\n")
+        print(goal_table(mine, args.reference) + "\n")
+        # Pooling can cancel a gain on one task against a loss on another.
+        for task in dict.fromkeys(r.task for r in mine):
+            print(f"### {domain} {task}\n")
+            print(goal_table([r for r in mine if r.task == task], args.reference) + "\n")
 
 
 if __name__ == "__main__":
