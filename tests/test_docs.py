@@ -89,13 +89,15 @@ def test_every_figure_the_results_page_shows_exists() -> None:
     assert [p for p in shown if not (RESULTS.parent / p).is_file()] == []
 
 
-def test_the_code_speaks_of_itself_not_of_its_development() -> None:
-    """No issue numbers or work-session narration in the package (dates or commits where
-    time matters)."""
+def test_the_project_speaks_of_itself_not_of_its_development() -> None:
+    """No issue numbers or work-session narration in the README, the docs or the package
+    (dates or commits where time matters)."""
     pattern = re.compile(r"\bissue \d+|\b\w+(th|st|nd|rd) session\b|\bsession\b", re.I)
+    root = README.parent
+    paths = [README, *(root / "docs").rglob("*.md"), *(root / "src" / "rbfm").rglob("*.py")]
     found = [
         f"{path.relative_to(README.parent)}:{i}"
-        for path in sorted((README.parent / "src" / "rbfm").rglob("*.py"))
+        for path in sorted(paths)
         for i, line in enumerate(path.read_text().splitlines(), 1)
         if pattern.search(line)
     ]
