@@ -421,6 +421,21 @@ PRESETS: dict[str, ExperimentSpec] = {
         )
         for domain in SHIFT_DOMAINS
     },
+    # The same models each imitating its own noisy expert (demonstrations differ between
+    # models; the nominal model's are those of `shift-fbil-*`): whether a model whose
+    # policies differ from the nominal model's imitates its own better.
+    **{
+        f"shift-own-fbil-{domain}": ExperimentSpec(
+            name=f"shift-own-fbil-{domain}",
+            models=tuple(
+                dataclasses.replace(m, experts=("noisy",))
+                for m in _shift_models(domain, independent=False)
+            ),
+            methods=(MethodEntry("fbil"),),
+            **CPU_GRID,
+        )
+        for domain in SHIFT_DOMAINS
+    },
     # Adapting to the dynamics met: each domain's default model on the noisy expert's
     # demonstrations, FB-IL and RBFM-Light, every task, family and level.
     "adapt": ExperimentSpec(
