@@ -350,27 +350,44 @@ def _panel_row(
     family: str,
     title: str,
     share_y: bool,
+    ceilings: Sequence[CeilingRow] = (),
 ) -> Figure:
     """A row of panels, one per value of the rows' field `by` (titled with it), a line per
-    label styled as across the whole table, one legend below."""
+    label styled as across the whole table, the expert itself where `ceilings` has it, one
+    legend below."""
     styles = _styles(rows)
     values = unique(getattr(r, by) for r in mine)
     aggs = aggregate(mine)
+    experts = {r.expert for r in mine}
     fig, axes = _new_figure(1, len(values))
     for ax, value in zip(axes[0], values, strict=True):
         _draw_panel(ax, [a for a in aggs if getattr(a, by) == value], styles, domain, family)
+        keys = {(r.domain, r.dataset, r.task, r.family) for r in mine if getattr(r, by) == value}
+        _draw_ceiling(
+            ax,
+            [
+                c
+                for c in ceilings
+                if (c.domain, c.dataset, c.task, c.family) in keys and c.expert in experts
+            ],
+        )
         ax.set_title(value, fontsize=9)
     if share_y:
         for ax in axes[0, 1:]:
             ax.sharey(axes[0, 0])
     axes[0, 0].set_ylabel("return", fontsize=8)
     _suptitle(fig, title)
-    _shared_legend(fig, axes.flat)
+    drawn = any(EXPERT_NAME in ax.get_legend_handles_labels()[1] for ax in axes.flat)
+    _shared_legend(fig, axes.flat, caption=BAND_CAPTION + (CEILING_CAPTION if drawn else ""))
     return fig
 
 
 def baselines_figure(
-    rows: Sequence[ResultRow], domain: str, family: str, dataset: str | None = None
+    rows: Sequence[ResultRow],
+    domain: str,
+    family: str,
+    dataset: str | None = None,
+    ceilings: Sequence[CeilingRow] = (),
 ) -> Figure:
     """Figure 5: one family, a panel per task, every label (FB methods and baselines)."""
     mine, dataset = select(rows, domain, dataset, family=family)
@@ -378,7 +395,7 @@ def baselines_figure(
         f"{domain} ({dataset}{_expert_note(mine)}): FB methods and baselines under "
         f"{family_text(family)}"
     )
-    return _panel_row(rows, mine, "task", domain, family, title, share_y=False)
+    return _panel_row(rows, mine, "task", domain, family, title, False, ceilings)
 
 
 def plot_baselines(
@@ -387,12 +404,19 @@ def plot_baselines(
     family: str,
     out: str | os.PathLike[str],
     dataset: str | None = None,
+    ceilings: Sequence[CeilingRow] = (),
 ) -> Path:
     """Saves `baselines_figure` as PNG and SVG; returns the PNG path."""
-    return save_figure(baselines_figure(rows, domain, family, dataset), out)
+    return save_figure(baselines_figure(rows, domain, family, dataset, ceilings), out)
 
 
-def datasets_figure(rows: Sequence[ResultRow], domain: str, task: str, family: str) -> Figure:
+def datasets_figure(
+    rows: Sequence[ResultRow],
+    domain: str,
+    task: str,
+    family: str,
+    ceilings: Sequence[CeilingRow] = (),
+) -> Figure:
     """Q4: one task and family, a panel per dataset label (shared y), a line per label."""
     nonempty(rows)
     require(rows, "domain", domain)
@@ -402,7 +426,7 @@ def datasets_figure(rows: Sequence[ResultRow], domain: str, task: str, family: s
     require(mine, "family", family, f"in {domain}/{task}")
     mine = [r for r in mine if r.family == family]
     title = f"{domain} {task} under {family_text(family)}: by dataset{_expert_note(mine)}"
-    return _panel_row(rows, mine, "dataset", domain, family, title, share_y=True)
+    return _panel_row(rows, mine, "dataset", domain, family, title, True, ceilings)
 
 
 def plot_datasets(
@@ -411,9 +435,10 @@ def plot_datasets(
     task: str,
     family: str,
     out: str | os.PathLike[str],
+    ceilings: Sequence[CeilingRow] = (),
 ) -> Path:
     """Saves `datasets_figure` as PNG and SVG; returns the PNG path."""
-    return save_figure(datasets_figure(rows, domain, task, family), out)
+    return save_figure(datasets_figure(rows, domain, task, family, ceilings), out)
 
 
 def eps_figure(
@@ -614,7 +639,9 @@ def _draw_rows(
             for family in ordered_families(data, domain):
                 fam_rows = [r for r in data if r.family == family]
                 if any(r.method in BASELINE_METHODS for r in fam_rows):
-                    baselines = partial(plot_baselines, rows, domain, family, dataset=ds)
+                    baselines = partial(
+                        plot_baselines, rows, domain, family, dataset=ds, ceilings=ceilings
+                    )
                     per_dataset.append((("baselines", domain, family), 2, ds, baselines))
                 for task in unique(r.task for r in fam_rows):
                     cell = [r for r in fam_rows if r.task == task]
@@ -633,7 +660,7 @@ def _draw_rows(
                 if len(here) > 1:
                     draw(
                         _slug("datasets", domain, task, family),
-                        partial(plot_datasets, rows, domain, task, family),
+                        partial(plot_datasets, rows, domain, task, family, ceilings=ceilings),
                     )
     shared = Counter(base for base, *_ in per_dataset)
     for base, at, ds, plot in per_dataset:
