@@ -94,7 +94,8 @@ def test_the_project_speaks_of_itself_not_of_its_development() -> None:
     (dates or commits where time matters)."""
     pattern = re.compile(r"\bissue \d+|\b\w+(th|st|nd|rd) session\b|\bsession\b", re.I)
     root = README.parent
-    paths = [README, *(root / "docs").rglob("*.md"), *(root / "src" / "rbfm").rglob("*.py")]
+    docs = [p for p in (root / "docs").rglob("*") if p.suffix in (".md", ".toml", ".sh")]
+    paths = [README, *docs, *(root / "src" / "rbfm").rglob("*.py")]
     found = [
         f"{path.relative_to(README.parent)}:{i}"
         for path in sorted(paths)

@@ -2,7 +2,7 @@
 # One GIF per domain at its strongest perturbation: FB-IL, RBFM-Light, RBFM-Heavy side by side.
 # Inference with a bfloat16 actor copy (--bf16), as in docs/results/run.sh: 4-5x faster on
 # CPUs with bf16 units, z within ~2% of float32 inference (docs/results.md). Only the
-# quadruped GIF (remade 2026-11-26 for the fourteenth session's model) was made with it; the
+# quadruped GIF (remade 2026-11-26 for the paper-size quadruped) was made with it; the
 # cheetah and walker GIFs predate it (float32 inference).
 set -e
 cd "$(dirname "$0")/../.."

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 21's grid, stage by stage, into one run directory (docs/results.md).
+# The results grid, stage by stage, into one run directory (docs/results.md).
 #
 #   bash docs/results/run.sh                 # every stage, in this order
 #   bash docs/results/run.sh q1 eps          # some of them
