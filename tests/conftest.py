@@ -7,12 +7,20 @@ import pytest
 import torch
 
 from rbfm.envs import get_domain
+from rbfm.fb import FBModel, fb_config
 
 
 @pytest.fixture(autouse=True)
 def _single_thread() -> None:
     # Bitwise comparisons between runs need the same torch thread count everywhere.
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="module")
+def model() -> FBModel:
+    """A tiny untrained cheetah FB model (a module's own `model` fixture replaces it)."""
+    torch.manual_seed(0)
+    return FBModel(17, 6, fb_config("tiny")).eval()
 
 
 def fake_episode(domain: str, steps: int, rng: np.random.Generator) -> dict[str, np.ndarray]:

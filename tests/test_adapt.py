@@ -11,18 +11,12 @@ import torch
 from rbfm.errors import ConfigError
 from rbfm.evaluation import EnvSpec, RolloutEngine
 from rbfm.evaluation.sweep import sweep
-from rbfm.fb import FBModel, fb_config
+from rbfm.fb import FBModel
 from rbfm.fb.networks import project
 from rbfm.inference import Demos, generate_demos
 from rbfm.inference.adapt import ADAPT_SEED_OFFSET, AdaptConfig, adapt
 
 ENV = EnvSpec("cheetah", "run", "joint_friction", 15.0)
-
-
-@pytest.fixture(scope="module")
-def model() -> FBModel:
-    torch.manual_seed(0)
-    return FBModel(17, 6, fb_config("tiny")).eval()
 
 
 @pytest.fixture(scope="module")

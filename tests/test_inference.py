@@ -33,12 +33,6 @@ from rbfm.robust.duals import light_smoothed
 
 
 @pytest.fixture(scope="module")
-def model() -> FBModel:
-    torch.manual_seed(0)
-    return FBModel(17, 6, fb_config("tiny")).eval()
-
-
-@pytest.fixture(scope="module")
 def demos(model: FBModel) -> Demos:
     z = project(torch.randn(model.cfg.z_dim), model.radius)
     return generate_demos(model, "cheetah", "run", z, episodes=3, seed=0)

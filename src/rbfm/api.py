@@ -155,9 +155,7 @@ def adapt(
 
     if imitation.z is None or imitation.model is None:
         raise ConfigError(f"adapt: {imitation.method} is a policy network; only task vectors adapt")
-    if (perturbation is None) != (level is None):
-        raise ConfigError("adapt: give a perturbation family and a level, or neither")
-    env = EnvSpec(imitation.domain, imitation.task, perturbation, level)
+    env = EnvSpec(imitation.domain, imitation.task, perturbation, level).checked()
     res = adapt_z(imitation.model.fb, demos, imitation.z, env, AdaptConfig(budget=episodes), seed)
     info = (imitation.info or {}) | {"adapted": {"episodes": res.episodes, "level": level}}
     return Imitation(
@@ -196,14 +194,8 @@ def evaluate(
 ) -> np.ndarray:
     """The returns of `episodes` episodes of the imitation's task (or `task`) under a
     perturbation family at a level (paper units; `rbfm envs` lists them)."""
-    from rbfm.envs import get_perturbation
-
     if episodes < 1:
         raise ConfigError(f"evaluate: episodes {episodes} (valid: >= 1)")
-    if (perturbation is None) != (level is None):
-        raise ConfigError("evaluate: give a perturbation family and a level, or neither")
-    if perturbation is not None and level is not None:
-        get_perturbation(imitation.domain, perturbation).check(level)
-    spec = EnvSpec(imitation.domain, task or imitation.task, perturbation, level)
+    spec = EnvSpec(imitation.domain, task or imitation.task, perturbation, level).checked()
     with RolloutEngine(0) as engine:
         return engine.run(spec, imitation.policy(), episodes, seed=seed).returns

@@ -405,7 +405,6 @@ def _cmd_infer(args: argparse.Namespace) -> None:
 
 
 def _cmd_adapt(args: argparse.Namespace) -> None:
-    from rbfm.envs import get_perturbation
     from rbfm.evaluation import EnvSpec
     from rbfm.fb.checkpoint import load_checkpoint
     from rbfm.inference import load_demos
@@ -421,9 +420,7 @@ def _cmd_adapt(args: argparse.Namespace) -> None:
     demos = load_demos(args.demos).sample(args.num_demos, args.seed)
     if (args.perturbation is None) != (args.level is None):
         raise ConfigError("--perturbation and --level go together (neither: nominal)")
-    env = EnvSpec(demos.domain, demos.task, args.perturbation, args.level)
-    if args.perturbation is not None:
-        get_perturbation(demos.domain, args.perturbation).check(args.level)
+    env = EnvSpec(demos.domain, demos.task, args.perturbation, args.level).checked()
     z, info = load_z(args.z)
     model, meta = load_checkpoint(args.checkpoint, domain=demos.domain, device=args.device)
     check_z(args.z, z, info, meta)

@@ -186,7 +186,7 @@ def _validated(
     A physics array of no rows means the states are unknown (demonstrations from outside
     rbfm's simulator): nothing in inference reads them."""
     spec = get_domain(domain)
-    get_domain(domain).reward_fn(task)  # the task must be one of the domain's
+    spec.reward_fn(task)  # the task must be one of the domain's
     lengths = np.asarray(arrays["lengths"])
     if len(lengths) == 0:
         raise DatasetError(f"{where}: holds no episodes")

@@ -16,7 +16,7 @@ import io
 import os
 import re
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -35,6 +35,13 @@ DTYPES = {
     "dynamics": np.float64,
 }
 OPTIONAL_KEYS = ("dynamics",)
+
+
+def _present(keys: Container[str]) -> list[str]:
+    """The required keys and the optional ones among `keys` (an episode's or a file's)."""
+    return [*KEYS, *(k for k in OPTIONAL_KEYS if k in keys)]
+
+
 _NAME = re.compile(r"^(?P<stamp>[^_]+)_(?P<index>\d+)_(?P<length>\d+)\.npz$")
 
 Episode = dict[str, np.ndarray]
@@ -70,8 +77,7 @@ def write_episode(directory: Path, index: int, episode: Mapping[str, np.ndarray]
 def save_episode(final: Path, episode: Mapping[str, np.ndarray]) -> Path:
     """Writes one episode atomically under the given file name."""
     buf = io.BytesIO()
-    present = [*KEYS, *(k for k in OPTIONAL_KEYS if k in episode)]
-    arrays = {k: np.asarray(episode[k], DTYPES[k]) for k in present}
+    arrays = {k: np.asarray(episode[k], DTYPES[k]) for k in _present(episode)}
     np.savez_compressed(buf, **arrays)  # type: ignore[arg-type]
 
     def write(tmp: Path) -> None:
@@ -92,8 +98,7 @@ def read_episode(path: Path, domain: DomainSpec) -> Episode:
             missing = [k for k in KEYS if k not in npz.files]
             if missing:
                 raise DatasetError(f"{path}: missing keys {missing} (has {sorted(npz.files)})")
-            present = [*KEYS, *(k for k in OPTIONAL_KEYS if k in npz.files)]
-            episode = {k: np.asarray(npz[k]) for k in present}
+            episode = {k: np.asarray(npz[k]) for k in _present(npz.files)}
     except DatasetError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
@@ -116,7 +121,7 @@ def key_widths(domain: DomainSpec) -> dict[str, int]:
 
 def validate_episode(episode: Mapping[str, np.ndarray], domain: DomainSpec, where: str) -> None:
     """Checks row counts, widths against the domain, and finiteness."""
-    present = [*KEYS, *(k for k in OPTIONAL_KEYS if k in episode)]
+    present = _present(episode)
     rows = {k: len(episode[k]) for k in present}
     if len(set(rows.values())) != 1:
         raise DatasetError(f"{where}: keys have different row counts {rows}")

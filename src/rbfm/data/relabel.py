@@ -39,13 +39,15 @@ def physics_features(
             f"physics states have shape {states.shape}; the {domain} domain stores "
             f"(N, {spec.physics_dim})"
         )
-    if dynamics is None:
-        groups = [(np.array([]), np.arange(len(states)))]
-    else:
+    # States grouped by the physics they were simulated under: one model built per group.
+    groups: list[tuple[dict[str, float], np.ndarray]] = [({}, np.arange(len(states)))]
+    if dynamics is not None:
         levels, inverse = np.unique(dynamics, axis=0, return_inverse=True)
         order = np.argsort(inverse, kind="stable")
         parts = np.split(order, np.cumsum(np.bincount(inverse))[:-1])
-        groups = list(zip(levels, parts, strict=True))
+        groups = [
+            (dynamics_of_vector(domain, v), rows) for v, rows in zip(levels, parts, strict=True)
+        ]
     out = np.empty((len(states), len(spec.feature_names)))
     what = mujoco.mjtState.mjSTATE_PHYSICS
     bar = tqdm(
@@ -55,11 +57,10 @@ def physics_features(
         unit="state",
         mininterval=0.5,
     )
-    for vector, rows in groups:
+    for levels_of_group, rows in groups:
         physics = spec.build_physics()
         model, data = physics.model.ptr, physics.data.ptr
-        if dynamics is not None:
-            apply_dynamics(model, data, domain, dynamics_of_vector(domain, vector))
+        apply_dynamics(model, data, domain, levels_of_group)
         read = spec.feature_reader(model)
         for i in rows:
             mujoco.mj_setState(model, data, states[i], what)

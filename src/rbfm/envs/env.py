@@ -13,7 +13,6 @@ from dm_env import specs
 
 from rbfm.envs.domains import RewardTask, get_domain, make_control_env
 from rbfm.envs.dynamics import Dynamics, apply_dynamics, check_dynamics
-from rbfm.envs.perturbations import get_perturbation
 from rbfm.errors import ConfigError
 
 
@@ -79,16 +78,12 @@ class RbfmEnv(dm_env.Environment):  # type: ignore[misc]
             raise ConfigError("give both a perturbation family and a level, or neither")
         if dynamics is not None and perturbation is not None:
             raise ConfigError("give a perturbation family and level, or dynamics, not both")
+        # One family at one level is the dynamics {family: level}.
+        single = {} if perturbation is None or level is None else {perturbation: level}
+        self.dynamics = check_dynamics(domain, dynamics or single)
+        level = None if level is None else float(level)
         physics = spec.build_physics()
-        if perturbation is not None and level is not None:
-            pert = get_perturbation(domain, perturbation)
-            pert.apply(physics.model.ptr, physics.data.ptr, level)
-            level = float(level)
-        self.dynamics = check_dynamics(domain, dynamics or {})
-        if perturbation is not None and level is not None:
-            self.dynamics = {perturbation: level}
-        else:
-            apply_dynamics(physics.model.ptr, physics.data.ptr, domain, self.dynamics)
+        apply_dynamics(physics.model.ptr, physics.data.ptr, domain, self.dynamics)
         self.domain, self.task, self.perturbation, self.level = domain, task, perturbation, level
         self.spec = spec
         self._env = make_control_env(spec, task, physics, seed)

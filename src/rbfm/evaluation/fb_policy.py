@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rbfm.evaluation.rollout import Policy, begin, executed
+from rbfm.evaluation.rollout import Policy, Wrapper
 from rbfm.fb.context import slot_width
 from rbfm.fb.model import FBModel
 
@@ -21,10 +21,15 @@ def fb_policy(model: FBModel, z: torch.Tensor) -> Policy:
     zs = z.to(device).reshape(-1, z.shape[-1])
 
     def act(obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
-        rows = zs[torch.as_tensor(episodes, device=device)] if len(zs) > 1 else zs
-        return model.act(torch.as_tensor(obs, device=device), rows).cpu().numpy()
+        x = torch.as_tensor(obs, device=device)
+        return model.act(x, _rows(zs, episodes)).cpu().numpy()
 
     return act
+
+
+def _rows(zs: torch.Tensor, episodes: np.ndarray) -> torch.Tensor:
+    """Each episode's task vector: one for all, or one row per episode of the batch."""
+    return zs[torch.as_tensor(episodes, device=zs.device)] if len(zs) > 1 else zs
 
 
 class ContextPolicy:
@@ -46,11 +51,8 @@ class ContextPolicy:
         if len(self.windows) <= int(episodes.max()):
             raise RuntimeError("ContextPolicy: begin(n) must be called before the episodes")
         aug = np.concatenate([obs, self.windows[episodes].reshape(len(obs), -1)], 1)
-        rows = (
-            self.zs[torch.as_tensor(episodes, device=self.device)] if len(self.zs) > 1 else self.zs
-        )
         x = torch.as_tensor(aug, dtype=torch.float32, device=self.device)
-        return self.model.act(x, rows).cpu().numpy()
+        return self.model.act(x, _rows(self.zs, episodes)).cpu().numpy()
 
     def executed(self, obs: np.ndarray, episodes: np.ndarray, actions: np.ndarray) -> None:
         slot = np.concatenate([obs, actions, np.ones((len(obs), 1), np.float32)], 1)
@@ -58,7 +60,7 @@ class ContextPolicy:
         self.windows[episodes] = np.concatenate([w[:, 1:], slot[:, None]], 1)
 
 
-class NoisyPolicy:
+class NoisyPolicy(Wrapper):
     """`policy`'s action plus N(0, std^2) noise, clipped to the action bounds [-1, 1].
 
     Episode i draws its noise from its own generator, seeded by `seeds[i]` (its initial
@@ -70,16 +72,10 @@ class NoisyPolicy:
         self.policy, self.std = policy, std
         self.rngs = [np.random.default_rng([*seed, 1]) for seed in seeds]
 
-    def begin(self, n: int) -> None:
-        begin(self.policy, n)
-
     def __call__(self, obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
         a = self.policy(obs, episodes)
         noise = np.stack([self.rngs[i].standard_normal(a.shape[-1]) for i in episodes])
         return np.clip(a + self.std * noise, -1.0, 1.0).astype(np.float32)
-
-    def executed(self, obs: np.ndarray, episodes: np.ndarray, actions: np.ndarray) -> None:
-        executed(self.policy, obs, episodes, actions)
 
 
 def noisy_policy(policy: Policy, std: float, seeds: list[tuple[int, int]]) -> Policy:

@@ -23,8 +23,9 @@ import numpy as np
 from dm_control.rl.control import PhysicsError
 from tqdm import tqdm
 
-from rbfm.envs import RbfmEnv, get_domain, make_env
+from rbfm.envs import RbfmEnv, get_domain, get_perturbation, make_env
 from rbfm.envs.env import PhysicsStep
+from rbfm.errors import ConfigError
 
 # Maps the observations of the running episodes (n, obs_dim) and their indices in the
 # batch (n,) to actions (n, action_dim); the indices let one call serve episodes that
@@ -49,7 +50,20 @@ def executed(policy: Policy, obs: np.ndarray, idx: np.ndarray, actions: np.ndarr
         hook(obs, idx, actions)
 
 
-class Shifted:
+class Wrapper:
+    """A policy around another (`self.policy`) that passes `begin` and `executed` on:
+    subclasses change the actions or the indices, never the memory's bookkeeping."""
+
+    policy: Policy
+
+    def begin(self, n: int) -> None:
+        begin(self.policy, n)
+
+    def executed(self, obs: np.ndarray, idx: np.ndarray, actions: np.ndarray) -> None:
+        executed(self.policy, obs, idx, actions)
+
+
+class Shifted(Wrapper):
     """A policy seen through an offset of its episode indices (a chunk of a batch)."""
 
     def __init__(self, policy: Policy, offset: int) -> None:
@@ -68,6 +82,15 @@ class EnvSpec:
     task: str
     perturbation: str | None = None
     level: float | None = None
+
+    def checked(self) -> EnvSpec:
+        """This spec, refused unless its family and level go together and the level lies
+        in the family's range: before any episode is paid for."""
+        if (self.perturbation is None) != (self.level is None):
+            raise ConfigError("give a perturbation family and a level, or neither")
+        if self.perturbation is not None and self.level is not None:
+            get_perturbation(self.domain, self.perturbation).check(self.level)
+        return self
 
 
 @dataclass(frozen=True)

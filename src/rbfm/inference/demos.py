@@ -9,7 +9,7 @@ import torch
 from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError
 from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy
-from rbfm.evaluation.rollout import Policy, begin, executed
+from rbfm.evaluation.rollout import Policy, Wrapper
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
 
@@ -73,22 +73,16 @@ def generate_demos(
     )
 
 
-class _BatchNoise:
+class _BatchNoise(Wrapper):
     """pi_z(s) + N(0, std^2) from one generator for the whole batch, clipped to [-1, 1];
     a policy with a memory records the noisy (executed) actions."""
 
     def __init__(self, policy: Policy, std: float, rng: np.random.Generator) -> None:
         self.policy, self.std, self.rng = policy, std, rng
 
-    def begin(self, n: int) -> None:
-        begin(self.policy, n)
-
     def __call__(self, obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
         a = self.policy(obs, episodes)
         return np.clip(a + self.std * self.rng.standard_normal(a.shape), -1.0, 1.0)
-
-    def executed(self, obs: np.ndarray, episodes: np.ndarray, actions: np.ndarray) -> None:
-        executed(self.policy, obs, episodes, actions)
 
 
 def demo_embedding(model: FBModel, demos: Demos) -> torch.Tensor:
