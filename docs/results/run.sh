@@ -16,10 +16,12 @@ workers=${RBFM_GRID_WORKERS:-2}
 stages=("$@")
 if [ ${#stages[@]} -eq 0 ]; then
     stages=(q1 eps datasize q2 sources certify grid-walker grid-quadruped grid-cheetah independent grid
-        adapt-fbil-cheetah shift-fbil-cheetah shift-own-fbil-cheetah)
+        adapt-fbil-cheetah adapt-fbil-walker adapt-fbil-quadruped shift-fbil-cheetah
+        shift-own-fbil-cheetah)
 fi
 # Stages read as ratios to one reference configuration (python -m rbfm.experiments.goals).
-declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [shift-fbil-cheetah]=rnd-v1:fbil
+declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [adapt-fbil-walker]=rnd:fbil
+    [adapt-fbil-quadruped]=rnd-v2:fbil [shift-fbil-cheetah]=rnd-v1:fbil
     [shift-own-fbil-cheetah]=rnd-v1:fbil [shift-own-fbil-quadruped]=rnd-v2:fbil
     [shift-fbil-quadruped]=rnd-v2:fbil)
 for stage in "${stages[@]}"; do

@@ -209,6 +209,15 @@ ADAPT = (
 )
 
 
+# The slices' models: each domain's `cpu`-sized nominal comparison model (label, checkpoint;
+# "shipped" = the domain's default, the `cpu`-sized walker).
+ADAPT_SLICE_MODELS = {
+    "walker": ("rnd", "shipped"),
+    "quadruped": ("rnd-v2", "quadruped:rnd-v2"),
+    "cheetah": ("rnd-v1", "cheetah:rnd-v1"),
+}
+
+
 def _ends(levels: tuple[float, ...]) -> tuple[float, ...]:
     """Nominal and a sweep's two strongest levels."""
     return (levels[0], *levels[-2:])
@@ -445,24 +454,28 @@ PRESETS: dict[str, ExperimentSpec] = {
         adapt=ADAPT,
         **{**CPU_GRID, "experts": ("noisy",)},
     ),
-    # The same on the `cpu`-sized cheetah of `shift`, FB-IL only, at nominal and the two
-    # strongest levels (what the goal reads): its first slice.
-    "adapt-fbil-cheetah": ExperimentSpec(
-        name="adapt-fbil-cheetah",
-        models=(
-            ModelEntry(
-                "cheetah",
-                "rnd-v1",
-                checkpoint="cheetah:rnd-v1",
-                levels={
-                    f: _ends(get_perturbation("cheetah", f).levels) for f in families("cheetah")
-                },
+    # Its FB-IL slice per domain, on the `cpu`-sized nominal comparison model of the
+    # dynamics-diverse models (walker, cheetah:rnd-v1, quadruped:rnd-v2), at nominal and the
+    # two strongest levels (what the goal reads). Same adaptation settings everywhere.
+    **{
+        f"adapt-fbil-{domain}": ExperimentSpec(
+            name=f"adapt-fbil-{domain}",
+            models=(
+                ModelEntry(
+                    domain,
+                    label,
+                    checkpoint=checkpoint,
+                    levels={
+                        f: _ends(get_perturbation(domain, f).levels) for f in families(domain)
+                    },
+                ),
             ),
-        ),
-        methods=(MethodEntry("fbil"),),
-        adapt=tuple(dataclasses.replace(a, methods=("fbil",)) for a in ADAPT),
-        **{**CPU_GRID, "experts": ("noisy",)},
-    ),
+            methods=(MethodEntry("fbil"),),
+            adapt=tuple(dataclasses.replace(a, methods=("fbil",)) for a in ADAPT),
+            **{**CPU_GRID, "experts": ("noisy",)},
+        )
+        for domain, (label, checkpoint) in ADAPT_SLICE_MODELS.items()
+    },
     # The paper's grid (Section 4) at its scale: the paper's models, the FB methods at their
     # default settings, the baselines at their paper presets, 100 episodes per level, FB
     # inference in float32, both expert sources.
