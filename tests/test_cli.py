@@ -207,3 +207,25 @@ def test_replay_packing_round_trips_through_worker_processes(
     src = sorted((tmp_path / "src" / "cheetah" / "random" / "buffer").glob("*.npz"))
     dst = tmp_path / "dst" / "cheetah" / "random" / "buffer"
     assert [(dst / f.name).read_bytes() == f.read_bytes() for f in src] == [True] * 5
+
+
+def test_the_command_line_is_thin_and_declares_each_option_once() -> None:
+    """Every option of every command comes from the one table (rbfm.cli.options.OPTIONS);
+    the package stays small enough to read."""
+    import argparse
+
+    from rbfm import cli
+    from rbfm.cli.options import OPTIONS
+
+    files = sorted(Path(cli.__file__).parent.glob("*.py"))
+    sizes = [len(p.read_text().splitlines()) for p in files]
+    assert sum(sizes) <= 700 and max(sizes) <= 400
+    assert sum(p.read_text().count(".add_argument(") for p in files) == 3  # the generic ones
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, parser in sub.choices.items():
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            option = action.dest
+            assert option in OPTIONS, f"{name}: {option} is not in the table"
+            assert action.help, f"{name} --{option} has no help"

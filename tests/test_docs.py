@@ -29,6 +29,21 @@ def test_the_demonstrations_page_runs(tmp_path: Path, monkeypatch: pytest.Monkey
     assert (tmp_path / "mine.npz").exists()
 
 
+def test_the_spec_page_plans_what_it_says(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/spec.md's TOML example is a valid spec whose plan is the one the page prints."""
+    from rbfm.cli import main
+
+    page = (README.parent / "docs" / "spec.md").read_text()
+    (toml,) = re.findall(r"```toml\n(.*?)```", page, flags=re.S)
+    (printed,) = re.findall(r"```\n(experiment mine: .*?)\n```", page, flags=re.S)
+    (tmp_path / "mine.toml").write_text(toml)
+    args = ["experiment", str(tmp_path / "mine.toml"), "--dry-run", "--out", str(tmp_path)]
+    assert main(args) == 0
+    assert capsys.readouterr().out.splitlines()[0] == printed
+
+
 def _documented_commands() -> list[tuple[str, list[str]]]:
     """Every `rbfm ...` line of a ```bash block in the README and docs/, continuation
     lines joined, comments and `&& ...` tails cut, optional `[...]` parts dropped, and

@@ -13,24 +13,6 @@ from matplotlib.figure import Figure
 from scipy import stats
 
 from rbfm.errors import ConfigError
-from rbfm.experiments import figures
-from rbfm.experiments.figures import (
-    baselines_figure,
-    datasets_figure,
-    draw_all,
-    eps_figure,
-    grid_figure,
-    plot_grid,
-)
-from rbfm.experiments.report import (
-    ceilings_table,
-    certificates_table,
-    format_seconds,
-    iqm_summary,
-    returns_table,
-    timing_table,
-)
-from rbfm.experiments.stats import aggregate, iqm_estimates, iqm_scores
 from rbfm.experiments.table import (
     CEILING_COLUMNS,
     CeilingRow,
@@ -44,6 +26,24 @@ from rbfm.experiments.table import (
     write_table,
 )
 from rbfm.methods import display_label
+from rbfm.reporting import figures
+from rbfm.reporting.figures import (
+    baselines_figure,
+    datasets_figure,
+    draw_all,
+    eps_figure,
+    grid_figure,
+    plot_grid,
+)
+from rbfm.reporting.report import (
+    ceilings_table,
+    certificates_table,
+    format_seconds,
+    iqm_summary,
+    returns_table,
+    timing_table,
+)
+from rbfm.reporting.stats import aggregate, iqm_estimates, iqm_scores
 
 LEVELS = {"body_mass": (0.0, 50.0, 100.0), "joint_friction": (0.0, 30.0)}
 TASKS = ("walk", "run")
@@ -242,16 +242,14 @@ def test_families_that_grow_downwards_are_drawn_with_x_inverted() -> None:
     assert [ax.xaxis_inverted() for ax in fig.axes] == [False, True]
 
 
-def test_plot_grid_writes_png_and_svg(rows: list[ResultRow], tmp_path: Path) -> None:
+def test_plot_grid_writes_one_png(rows: list[ResultRow], tmp_path: Path) -> None:
     rows = [r for r in rows if r.task == "walk" and r.family == "body_mass"]  # 1 panel: quick
     png = plot_grid(rows, "walker", tmp_path / "sub" / "grid.png")
     assert png == tmp_path / "sub" / "grid.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    svg = png.with_suffix(".svg")
-    assert svg.read_text().lstrip().startswith("<?xml")
-    # Without a suffix, both are added; the PNG path comes back.
+    # Without a suffix, .png is added; no other format is written.
     assert plot_grid(rows, "walker", tmp_path / "g2") == tmp_path / "g2.png"
-    assert (tmp_path / "g2.svg").exists()
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["g2.png", "grid.png"]
 
 
 def test_baselines_datasets_and_eps_figures(rows: list[ResultRow]) -> None:
@@ -421,9 +419,8 @@ def test_draw_all_files(
     drawn: dict[str, Figure] = {}
 
     def save(fig: Figure, out: Path) -> Path:  # rendering is slow; plot_grid's test does it
-        png, svg = figures._outputs(out)
+        png = Path(out).with_suffix(".png")
         png.write_bytes(b"")
-        svg.write_bytes(b"")
         drawn[png.stem] = fig
         return png
 
@@ -448,7 +445,7 @@ def test_draw_all_files(
         ]
     )
     assert names.count("tables.md") == 1
-    assert len(written) == 2 * len(stems) + 1
+    assert len(written) == len(stems) + 1  # a PNG per figure, and tables.md
     assert all(p.exists() and p.parent == tmp_path / "figs" for p in written)
     assert [ax.get_title() for ax in drawn["datasets-walker-run-body_mass"].axes] == [
         "rnd",
@@ -465,9 +462,8 @@ def test_run_figures_replace_an_earlier_drawing(
     """A spec drawn into another's run directory keeps none of the other's figures."""
 
     def save(fig: Figure, out: Path) -> Path:
-        png, svg = figures._outputs(out)
+        png = Path(out).with_suffix(".png")
         png.write_bytes(b"")
-        svg.write_bytes(b"")
         return png
 
     monkeypatch.setattr(figures, "save_figure", save)
@@ -509,9 +505,8 @@ def test_each_expert_source_gets_its_own_figures_and_tables(
     drawn: dict[Path, Figure] = {}
 
     def save(fig: Figure, out: Path) -> Path:
-        png, svg = figures._outputs(out)
+        png = Path(out).with_suffix(".png")
         png.write_bytes(b"")
-        svg.write_bytes(b"")
         drawn[png] = fig
         return png
 
@@ -638,7 +633,7 @@ def test_certificates_round_trip_and_their_table_says_mean_and_ci_per_method(
 
 def test_a_redrawing_writes_the_same_bytes(rows: list[ResultRow], tmp_path: Path) -> None:
     """Rerunning a finished grid redraws its figures: the same files, byte for byte (no
-    dates in the SVGs, no software versions in the PNGs, a seeded bootstrap), so a rerun
+    software versions in the PNGs, a seeded bootstrap), so a rerun
     leaves docs/results unchanged."""
     walker = [r for r in rows if r.dataset == "rnd" and r.family == "body_mass"]
     table = write_table(tmp_path / "r.csv", walker)
@@ -647,6 +642,26 @@ def test_a_redrawing_writes_the_same_bytes(rows: list[ResultRow], tmp_path: Path
     assert [p.relative_to(tmp_path / "a") for p in first] == [
         p.relative_to(tmp_path / "b") for p in again
     ]
-    assert {p.suffix for p in first} == {".png", ".svg", ".md"}
+    assert {p.suffix for p in first} == {".png", ".md"}
     for a, b in zip(first, again, strict=True):
         assert a.read_bytes() == b.read_bytes(), a.name
+
+
+def test_figures_a_reader_can_judge(rows: list[ResultRow]) -> None:
+    """The IQM figure gives each method's paired gap to FB-IL beside its interval; curves
+    that coincide say so in their panel; dashed means the expert and nothing else."""
+    rnd = [r for r in rows if r.dataset == "rnd" and r.method != "drbc"]
+    fig = figures.iqm_figure(rnd, reps=50)
+    assert [ax.get_title() for ax in fig.axes][1] == "Paired gap, IQM and 95% CI"
+    scores, _ = iqm_scores(rnd)
+    labels = list(scores)
+    # The gap panel's ticks are the IQMs of the paired differences, not differences of IQMs.
+    ticks = [c.get_segments()[0][0][0] for c in fig.axes[1].collections if c.get_segments()]
+    gaps = [stats.trim_mean((scores[k] - scores[labels[0]]).ravel(), 0.25) for k in labels[1:]]
+    np.testing.assert_allclose(sorted(ticks), sorted(gaps))
+    fbil = [r for r in rnd if r.method == "fbil"]
+    both = fbil + [dataclasses.replace(r, method="rbfm-light") for r in fbil]  # equal returns
+    panel = grid_figure(both, "walker").axes[0]
+    assert any("FB-IL and RBFM-Light coincide" in t.get_text() for t in panel.texts)
+    styles = figures._styles(rnd)
+    assert all(s.linestyle != "--" for s in styles.values())

@@ -72,23 +72,6 @@ def smoke_dict(checkpoint: str, **changes: Any) -> dict[str, Any]:
     return spec
 
 
-def test_the_documented_spec_example_plans() -> None:
-    """The TOML example in rbfm.experiments.spec's docstring is a valid spec."""
-    import textwrap
-    import tomllib
-
-    import rbfm.experiments.spec as spec_module
-
-    doc = spec_module.__doc__ or ""
-    example = textwrap.dedent(doc[doc.index('    name = "mine"') :])
-    p = plan(from_dict(tomllib.loads(example)))
-    assert {d.expert.name for d in p.demos} == {"model:cheetah:rnd-v1"}
-    assert {(i.demos.task, i.variant.method, i.variant.eps) for i in p.infers} == {
-        ("walk", "rbfm-heavy", 0.4),
-        ("walk", "rbfm-heavy", 0.8),
-    }
-
-
 def test_plan_has_stable_ids_and_the_full_grid(checkpoint: str) -> None:
     p = plan(from_dict(smoke_dict(checkpoint)))
     assert (len(p.demos), len(p.infers), len(p.evals)) == (2, 8, 16)

@@ -7,8 +7,8 @@ import pytest
 
 from rbfm.envs import get_perturbation
 from rbfm.errors import ConfigError
-from rbfm.experiments.goals import goal_table, scores
 from rbfm.experiments.table import ResultRow
+from rbfm.reporting.goals import goal_table, scores
 
 
 def _rows() -> list[ResultRow]:

@@ -10,8 +10,8 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "rbfm"
 
 # Bottom to top. The data's path: environments, data, the algorithms (exploration,
 # FB, the robust objectives), evaluation by rollouts, task inference and the
-# baselines, their registry, then the runs and figures that combine them, then the
-# command line.
+# baselines, their registry, then the runs that combine them, the reports drawn from
+# their results, then the command line.
 LAYERS: list[set[str]] = [
     {"errors"},
     {"atomic", "checks", "device", "seeding", "progress"},
@@ -22,8 +22,9 @@ LAYERS: list[set[str]] = [
     {"evaluation"},
     {"inference", "baselines"},
     {"methods"},
-    {"policy_files", "plots"},
+    {"policy_files"},
     {"training", "experiments", "api"},
+    {"reporting"},
     {"quickstart"},
     {"cli"},
 ]

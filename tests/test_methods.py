@@ -11,7 +11,6 @@ import pytest
 from rbfm import baselines, inference
 from rbfm.cli import build_parser
 from rbfm.errors import ConfigError
-from rbfm.experiments import figures
 from rbfm.methods import (
     BASELINE_METHODS,
     FB_METHODS,
@@ -20,6 +19,7 @@ from rbfm.methods import (
     display_label,
     get_method,
 )
+from rbfm.reporting import figures
 
 
 def _choices(command: str, option: str) -> tuple[str, ...]:

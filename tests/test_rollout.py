@@ -105,7 +105,7 @@ def test_recorded_trajectories_are_the_episodes_that_ran(workers: int) -> None:
 def test_tables_round_trip_and_plot(tmp_path: Path) -> None:
     from rbfm.errors import ConfigError
     from rbfm.evaluation.sweep import SweepRow, read_csv, write_csv
-    from rbfm.plots import plot_nominal
+    from rbfm.reporting.plots import plot_nominal
 
     rows = [
         SweepRow("fbil", None, 101.5, 3.25, 5, 100, 0),

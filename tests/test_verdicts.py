@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from rbfm.envs.perturbations import get_perturbation
-from rbfm.experiments.stats import IqmEstimate
 from rbfm.experiments.table import ResultRow
-from rbfm.experiments.verdicts import (
+from rbfm.reporting.stats import IqmEstimate
+from rbfm.reporting.verdicts import (
     baselines_table,
     compare,
     gap_table,

@@ -19,7 +19,7 @@ if [ ${#stages[@]} -eq 0 ]; then
         adapt-fbil-cheetah adapt-fbil-walker adapt-fbil-quadruped shift-fbil-cheetah
         shift-own-fbil-cheetah)
 fi
-# Stages read as ratios to one reference configuration (python -m rbfm.experiments.goals).
+# Stages read as ratios to one reference configuration (python -m rbfm.reporting.goals).
 declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [adapt-fbil-walker]=rnd:fbil
     [adapt-fbil-quadruped]=rnd-v2:fbil [shift-fbil-cheetah]=rnd-v1:fbil
     [shift-own-fbil-cheetah]=rnd-v1:fbil [shift-own-fbil-quadruped]=rnd-v2:fbil
@@ -33,9 +33,18 @@ for stage in "${stages[@]}"; do
     cp "$out/results.csv" "$dest/"
     if [ -f "$out/experts.csv" ]; then cp "$out/experts.csv" "$dest/"; fi
     if [ -n "${reference[$stage]:-}" ]; then
-        python -m rbfm.experiments.goals "$out/results.csv" --reference "${reference[$stage]}" \
+        python -m rbfm.reporting.goals "$out/results.csv" --reference "${reference[$stage]}" \
             > "$dest/goals.md"
         cp "$out/adaptations.csv" "$dest/" 2>/dev/null || true
+    fi
+    # One copy per figure: `grid` keeps only the figures its per-domain stages do not have
+    # (byte-identical ones are drawn from the same rows).
+    if [ "$stage" = grid ]; then
+        for f in $(cd "$dest" && find . -name '*.png'); do
+            for part in grid-walker grid-quadruped grid-cheetah; do
+                if cmp -s "$dest/$f" "docs/results/$part/$f"; then rm "$dest/$f"; break; fi
+            done
+        done
     fi
     # A stage's certificates.csv holds its own plan's certificates: only `certify` has any.
     if [ "$(wc -l < "$out/certificates.csv")" -gt 1 ]; then

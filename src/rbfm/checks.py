@@ -3,7 +3,10 @@ is built, before any compute, with the field and its valid range in the message.
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
+from typing import Any
 
 from rbfm.errors import ConfigError
 
@@ -44,3 +47,46 @@ def positive_ints(owner: str, name: str, values: tuple[int, ...]) -> None:
         raise ConfigError(f"{owner}.{name}: needs at least one layer width")
     for v in values:
         in_range(owner, name, v, 1, integer=True)
+
+
+# Command-line values, checked before any compute is spent on them.
+
+
+def assignments(items: list[str]) -> tuple[tuple[str, Any], ...]:
+    """`--set` KEY=VALUE pairs; VALUE is read as JSON (numbers, lists, true), else a string."""
+    pairs = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set: expected KEY=VALUE, got {item!r}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
+def count(option: str, value: int) -> None:
+    if value < 1:
+        raise ConfigError(f"{option}: {value} is out of range (valid: >= 1)")
+
+
+def out_file(path: str | None) -> None:
+    """An output file's folder must exist, and the file must not be a folder, before any
+    compute is spent on it."""
+    if path is None:
+        return
+    if Path(path).is_dir():
+        raise ConfigError(f"--out: {path} is a folder; give a file name")
+    if not Path(path).resolve().parent.is_dir():
+        raise ConfigError(f"--out: the folder of {path} does not exist")
+
+
+def out_dir(path: str | Path) -> None:
+    """An output folder (made if missing) must not be a file, nor lie under one."""
+    for p in (Path(path), *Path(path).parents):
+        if p.exists():
+            if not p.is_dir():
+                raise ConfigError(f"--out: {p} is a file; give a folder")
+            return

@@ -23,13 +23,15 @@ from rbfm.atomic import atomic_write
 from rbfm.baselines import BaselineResult, as_policy, load_policy, train_baseline, write_policy
 from rbfm.baselines.common import FORMAT as POLICY_FORMAT
 from rbfm.data.demos import Demos
-from rbfm.envs import TASKS, get_perturbation
+from rbfm.envs import TASKS, checked_tasks, get_perturbation
 from rbfm.errors import ConfigError
+from rbfm.evaluation.rollout import EnvSpec
 from rbfm.evaluation.sweep import SweepRow, sweep
 from rbfm.fb.checkpoint import load_checkpoint, read_meta
 from rbfm.fb.model import FBModel
 from rbfm.inference import InferenceResult, infer, method_config
-from rbfm.methods import NAMES, get_method
+from rbfm.inference.adapt import AdaptConfig, adapt
+from rbfm.methods import NAMES, display_label, get_method
 
 
 def save_z(path: str | os.PathLike[str], z: torch.Tensor, meta: dict[str, Any]) -> Path:
@@ -85,6 +87,16 @@ def check_z(
             f"{path}: inferred with another model (weights {sha[:12]}...), not this checkpoint "
             f"({meta['sha256'][:12]}...)"
         )
+
+
+def z_files(paths: list[str], model_meta: dict[str, Any]) -> list[tuple[str, torch.Tensor]]:
+    """Task-vector files of the model `model_meta` describes: (display label, z) each."""
+    out = []
+    for path in paths:
+        z, info = load_z(path)
+        check_z(path, z, info, model_meta)
+        out.append((display_label(str(info.get("method", Path(path).stem))), z))
+    return out
 
 
 def load_any(
@@ -144,6 +156,49 @@ def infer_to_file(
     return result
 
 
+def adapt_to_file(
+    checkpoint: str,
+    z_file: str,
+    demos: Demos,
+    perturbation: str | None,
+    level: float | None,
+    cfg: AdaptConfig,
+    seed: int,
+    out: str | os.PathLike[str],
+    device: str | None = None,
+) -> str:
+    """A task-vector file of `checkpoint` adapted (rbfm.inference.adapt) to the demos'
+    task under `perturbation` at `level` (both None: nominal), written to `out` with its
+    description extended by the adaptation's record; a line saying how it went."""
+    if (perturbation is None) != (level is None):
+        raise ConfigError("--perturbation and --level go together (neither: nominal)")
+    env = EnvSpec(demos.domain, demos.task, perturbation, level).checked()
+    model, model_meta = load_checkpoint(checkpoint, domain=demos.domain, device=device)
+    z, info = load_z(z_file)
+    check_z(z_file, z, info, model_meta)
+    res = adapt(model, demos, z, env, cfg, seed=seed, progress=True)
+    label = f"{'oracle' if cfg.criterion == 'reward' else 'adapt'}-k{res.episodes}"
+    record = {
+        "criterion": cfg.criterion,
+        "episodes": res.episodes,
+        "states": cfg.states,
+        "perturbation": env.perturbation,
+        "level": env.level,
+        "distances": res.distances,
+        "best": res.best,
+        "seconds": res.seconds,
+    }
+    method = f"{info.get('method', 'z')}+{label}"
+    record = {**info, "method": method, "adapted_from": str(z_file), "adaptation": record}
+    save_z(out, res.z, record)
+    where = "nominal" if env.level is None else f"{env.perturbation}={env.level:g}"
+    return (
+        f"{label}: z written to {out} ({res.episodes} episodes in {where}, {res.seconds:.1f} "
+        f"s); B distance to the demonstrations {res.distances[0]:.3f} at the start z, "
+        f"{min(res.distances):.3f} at the chosen one (candidate {res.best[-1]})"
+    )
+
+
 def train_to_file(
     method: str,
     demos: Demos,
@@ -172,6 +227,54 @@ def train_to_file(
     }
     write_policy(stem, method, result.policy, demos.domain, meta)
     return result, config, stem
+
+
+def imitate_to_file(
+    method: str,
+    demos: Demos,
+    checkpoint: str | None,
+    seed: int,
+    out: str | os.PathLike[str],
+    settings: str = "default",
+    preset: str = "cpu",
+    overrides: dict[str, Any] | None = None,
+    described: dict[str, Any] | None = None,
+    device: str | None = None,
+) -> str:
+    """Any method's result on `demos` written to `out`: an FB method's task vector of
+    `checkpoint` (`settings`, `overrides`), or a baseline's policy (`preset`, and
+    `overrides` of its config); a line saying what was written and how it ended."""
+    overrides = dict(overrides or {})
+    if not get_method(method).is_fb:
+        fb_only = [
+            f
+            for f, given in (("settings", settings != "default"), ("bf16", "bf16" in overrides))
+            if given
+        ]
+        if fb_only:
+            raise ConfigError(
+                f"{', '.join('--' + f for f in fb_only)}: FB methods only, not {method} (a "
+                "baseline takes a --preset, and --steps for its training steps)"
+            )
+        res, config, stem = train_to_file(
+            method, demos, preset, seed, out, overrides, described, True
+        )
+        return (
+            f"{method}: policy written to {stem}.safetensors/.json ({config['steps']} steps, "
+            f"{res.steps} of them in {res.seconds:.1f} s here, {res.ms_per_step:.2f} ms/step)"
+        )
+    if checkpoint is None:
+        raise ConfigError(f"--checkpoint is needed for {method}")
+    model, meta = load_checkpoint(checkpoint, domain=demos.domain, device=device)
+    fit = infer_to_file(
+        model, meta, checkpoint, demos, method, seed, out, settings, overrides, described, True
+    )
+    n = len(demos.transitions()["action"])
+    return (
+        f"{method} ({settings} settings): z written to {out} ({fit.steps} steps, "
+        f"{fit.seconds:.1f} s, {fit.ms_per_step:.2f} ms/step); objective on all {n} "
+        f"transitions {fit.objective:.4g}, {fit.stopped(settings)}"
+    )
 
 
 def evaluate_files(
@@ -254,3 +357,42 @@ def evaluate_files(
         progress=progress,
     )
     return domain, rows
+
+
+def render_files(
+    checkpoint: str,
+    task: str,
+    z_paths: list[str],
+    perturbation: str | None,
+    level: float | None,
+    seed: int,
+    steps: int,
+    every: int,
+    size: str,
+    out: str,
+    device: str | None = None,
+) -> str:
+    """`rbfm render`: the task-vector files' policies (default: the model's zero-shot
+    policy for `task`) side by side at `level` (default: the family's extreme), as a GIF
+    at `out`; a line saying what was written."""
+    from rbfm.evaluation import fb_policy
+    from rbfm.evaluation.render import parse_size, render_episodes, write_gif
+    from rbfm.fb.zero_shot import task_vectors
+
+    shape = parse_size(size)
+    model, meta = load_checkpoint(checkpoint, device=device)
+    domain = meta["domain"]
+    checked_tasks(domain, [task])
+    if perturbation is not None and level is None:
+        level = get_perturbation(domain, perturbation).extreme
+    policies = z_files(z_paths, meta)
+    if not policies:
+        z_all, _ = task_vectors(model, meta, [task], checkpoint, None, seed)
+        policies.append(("zero-shot", z_all[task]))
+    named = [(name, fb_policy(model, z)) for name, z in policies]
+    frames, fps = render_episodes(
+        named, domain, task, perturbation, level, seed, steps, every, shape
+    )
+    path = write_gif(frames, out, fps)
+    dynamics = "nominal" if perturbation is None else f"{perturbation}={level:g}"
+    return f"wrote {path}: {len(frames)} frames of {domain}/{task}, {dynamics}"

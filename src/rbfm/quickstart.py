@@ -23,7 +23,7 @@ from rbfm import EVAL_SEED
 from rbfm.evaluation.sweep import SweepRow, sweep, write_csv
 from rbfm.fb.checkpoint import load_checkpoint, read_meta, shipped_model
 from rbfm.methods import display_name
-from rbfm.plots import plot_sweep
+from rbfm.reporting.plots import plot_sweep
 
 
 @dataclass(frozen=True)
@@ -186,3 +186,18 @@ def reading(rows: list[SweepRow]) -> str:
         f"At the largest level ({top:g}) {display_name(best.method)} scores {best.mean:.0f} "
         f"({others}): {verdict}."
     )
+
+
+def table(cfg: QuickstartConfig, rows: list[SweepRow]) -> str:
+    """The sweep as printed: a column per method, a row per level, and the reading."""
+    levels = list(dict.fromkeys(r.level for r in rows))
+    methods = list(dict.fromkeys(r.method for r in rows))
+    lines = [
+        f"cheetah/{cfg.task} under {cfg.perturbation}: mean return +- 95% CI across "
+        f"{cfg.seeds} inference seeds",
+        f"{'level':>8} " + " ".join(f"{display_name(m):>18}" for m in methods),
+    ]
+    for level in levels:
+        cells = {r.method: f"{r.mean:7.1f} +- {r.ci95:<6.1f}" for r in rows if r.level == level}
+        lines.append(f"{level:>8g} " + " ".join(f"{cells[m]:>18}" for m in methods))
+    return "\n".join([*lines, reading(rows)])

@@ -78,6 +78,36 @@ class PackSummary:
     differing: tuple[str, ...] = ()  # keys that differ in some episode
     version_changes: tuple[str, ...] = ()  # "numpy 2.4.6 -> 2.5.2"
 
+    def packed(self, half: Sequence[str] = ()) -> str:
+        """What was packed (`half`: the keys stored in float16)."""
+        return f"packed {self._what()}: {self.bytes / 2**20:.1f} MiB" + (
+            f"; float16: {', '.join(half)}" if half else ""
+        )
+
+    def unpacked(self) -> str:
+        """What was unpacked, and how faithfully a replay file's episodes were regenerated."""
+        lines = [f"unpacked {self._what()}"]
+        if self.reproduced is not None and self.returns is not None:
+            lines += [
+                f"regenerated from their actions: {self.reproduced} of {self.episodes} "
+                "bitwise as packed",
+                f"mean episode return of the stored reward: {self.returns[0]:.1f} packed, "
+                f"{self.returns[1]:.1f} regenerated",
+            ]
+            if self.reproduced < self.episodes:
+                lines.append(
+                    f"the others differ in {', '.join(self.differing)}; their final physics "
+                    f"states by up to {self.deviation:.3g} (floating point that rounds "
+                    "differently here, amplified by the dynamics over the episode)"
+                )
+            if self.version_changes:
+                lines.append(f"packed with other versions: {'; '.join(self.version_changes)}")
+        return "\n".join(lines)
+
+    def _what(self) -> str:
+        steps = f"{self.steps:,} steps"
+        return f"{self.episodes} {self.domain} {self.algo} episodes ({steps}) into {self.path}"
+
 
 def select_episodes(files: Sequence[Path], first: int | None, every: int) -> list[Path]:
     """In the order of the indices in their names: the first `first` episodes (all if

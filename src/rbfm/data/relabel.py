@@ -18,7 +18,7 @@ import mujoco
 import numpy as np
 from tqdm import tqdm
 
-from rbfm.data.dataset import Dataset, Transitions
+from rbfm.data.dataset import Dataset, Transitions, load_dataset
 from rbfm.envs import get_domain
 from rbfm.envs.dynamics import apply_dynamics, dynamics_of_vector
 from rbfm.errors import DatasetError
@@ -111,3 +111,21 @@ def relabel_all(
     states, dynamics = _states(dataset, domain)
     features = spec.features(physics_features(domain, states, progress, dynamics))
     return {task: np.asarray(fn(features), dtype=np.float64) for task, fn in spec.rewards.items()}
+
+
+def describe_with_tasks(path: str, progress: bool = True) -> str:
+    """A dataset's summary with every task's relabelled rewards: mean per step, and the
+    episode returns' mean, best and mean by tenth of the episodes in collection order.
+    The tenths show whether the exploration agent's data was still improving when it
+    stopped (walker RND: walk's tenths rise 60 -> 201 and fall back to 164)."""
+    ds = load_dataset(path)
+    lines = [
+        ds.summary(),
+        "relabelled rewards: mean per step; episode return: mean, best, and mean by tenth "
+        "of the episodes in collection order",
+    ]
+    for task, r in relabel_all(ds, ds.domain.name, progress).items():
+        ret = ds.episode_returns(r)
+        tenths = " ".join(f"{part.mean():.0f}" for part in np.array_split(ret, min(10, len(ret))))
+        lines.append(f"  {task:<14} {r.mean():.4f} {ret.mean():8.1f} {ret.max():8.1f}   {tenths}")
+    return "\n".join(lines)

@@ -1,6 +1,6 @@
 """Environments: the three DMC domains, their twelve tasks and nine perturbation families."""
 
-from rbfm.envs.domains import DOMAINS, TASKS, DomainSpec, get_domain
+from rbfm.envs.domains import DOMAINS, TASKS, DomainSpec, checked_tasks, get_domain
 from rbfm.envs.env import RbfmEnv, flatten_observation, make_env
 from rbfm.envs.perturbations import PERTURBATIONS, Perturbation, families, get_perturbation
 
@@ -11,6 +11,7 @@ __all__ = [
     "DomainSpec",
     "Perturbation",
     "RbfmEnv",
+    "checked_tasks",
     "families",
     "flatten_observation",
     "get_domain",

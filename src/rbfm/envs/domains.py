@@ -19,7 +19,7 @@ from dm_control import mujoco as dm_mujoco
 from dm_control.rl import control
 from dm_control.suite import base, cheetah, common, quadruped, walker
 
-from rbfm.errors import unknown
+from rbfm.errors import ConfigError, unknown
 
 Features = Mapping[str, np.ndarray]
 RewardFn = Callable[[Features], np.ndarray]
@@ -386,3 +386,13 @@ def make_control_env(
         time_limit=domain.time_limit,
         control_timestep=domain.control_timestep,
     )
+
+
+def checked_tasks(domain: str, tasks: list[str]) -> list[str]:
+    """`tasks` if each is one of the domain's, else a ConfigError naming the valid ones."""
+    for task in tasks:
+        if task not in TASKS[domain]:
+            raise ConfigError(
+                f"--task: unknown {domain} task {task!r}; valid: {', '.join(TASKS[domain])}"
+            )
+    return tasks

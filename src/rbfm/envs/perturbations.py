@@ -228,3 +228,21 @@ def get_perturbation(domain: str, family: str) -> Perturbation:
         err = unknown(f"perturbation family for {domain}", family, families(domain))
         raise ConfigError(str(err) + hint)
     return PERTURBATIONS[(domain, family)]
+
+
+def listing() -> str:
+    """Every domain with its tasks, and its perturbation families: unit, the physics
+    field each scales or sets, and the sweep's six levels (`rbfm envs`)."""
+    from rbfm.envs.domains import DOMAINS
+
+    lines = []
+    for name, spec in DOMAINS.items():
+        lines.append(
+            f"{name}: obs {spec.obs_dim}, action {spec.action_dim}, "
+            f"{spec.episode_length} steps; tasks: {', '.join(spec.tasks)}"
+        )
+        for (domain, family), p in PERTURBATIONS.items():
+            if domain == name:
+                levels = ", ".join(f"{x:g}" for x in p.levels)
+                lines.append(f"  {family:<19} {p.unit:<17} {p.field:<34} levels: {levels}")
+    return "\n".join(lines)

@@ -33,6 +33,17 @@ def check_backend() -> None:
         )
 
 
+def parse_size(text: str) -> tuple[int, int]:
+    """ "HEIGHTxWIDTH" in pixels, each 16..2048."""
+    try:
+        height, width = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        height = width = 0
+    if not (16 <= height <= 2048 and 16 <= width <= 2048):
+        raise ConfigError(f"--size: {text!r} is not HEIGHTxWIDTH in 16..2048 pixels")
+    return height, width
+
+
 def render_episodes(
     policies: list[tuple[str, Policy]],
     domain: str,

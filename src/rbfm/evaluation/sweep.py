@@ -167,3 +167,15 @@ def read_csv(path: str | os.PathLike[str]) -> tuple[list[SweepRow], dict[str, st
         raise ConfigError(f"{path}: the table is empty")
     fields = {f.name for f in SweepRow.__dataclass_fields__.values()}
     return rows, {k: v for k, v in records[0].items() if k not in fields}
+
+
+def sweep_table(rows: list[SweepRow]) -> str:
+    """The rows as printed: method, level, mean return +- 95% CI, seeds, unstable episodes."""
+    lines = [f"{'method':<12} {'level':>8} {'return':>18} {'seeds':>6} {'unstable':>9}"]
+    for r in rows:
+        level = "-" if r.level is None else f"{r.level:g}"
+        lines.append(
+            f"{r.method:<12} {level:>8} {r.mean:>9.1f} +- {r.ci95:<6.1f} {r.seeds:>6} "
+            f"{r.unstable:>9}"
+        )
+    return "\n".join(lines)

@@ -1,5 +1,5 @@
 """Experiments: the paper's grid (models x tasks x perturbations x methods x seeds) as
-resumable cells, run locally or on Ray, with the paper's figures and tables.
+resumable cells, run locally or on Ray, into a results table (`rbfm.reporting` reads it).
 
     from rbfm.experiments import load_spec, run_experiment, LocalExecutor
     summary = run_experiment(load_spec("smoke"), "runs/experiments/smoke", LocalExecutor(2))

@@ -596,8 +596,13 @@ def _certs(infers: list[InferCell], steps: int) -> list[CertCell]:
 
 
 def describe(p: Plan) -> str:
-    """One line per model: what the plan runs."""
-    lines = []
+    """What the plan runs: its cells by stage, then one line per demonstration set."""
+    lines = [
+        f"experiment {p.spec.name}: {len(p.demos)} demonstration sets, {len(p.infers)} "
+        f"inferences, {len(p.evals)} evaluations ({len(p.evals) * p.spec.episodes:,} "
+        f"episodes), {len(p.ceilings)} of the experts themselves, {len(p.certs)} policies' "
+        "certificates" + (f", {len(p.adapts)} adaptations" if p.adapts else "")
+    ]
     for d in p.demos:
         n_inf = sum(1 for i in p.infers if i.demos.id == d.id)
         n_eval = sum(1 for e in p.evals if e.infer.demos.id == d.id)

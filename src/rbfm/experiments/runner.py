@@ -25,10 +25,10 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import torch
@@ -36,15 +36,18 @@ from tqdm import tqdm
 
 from rbfm.atomic import atomic_csv, atomic_write
 from rbfm.data.demos import Demos, load_demos, save_demos
+from rbfm.experiments.certificate import Certificate
 from rbfm.experiments.executors import Executor
 from rbfm.experiments.jobs import (
     AdaptJob,
+    AdaptOutput,
     AdaptTask,
     BaselineState,
     CertJob,
     DemosJob,
     EvalEntry,
     EvalJob,
+    EvalOutput,
     InferJob,
     InferOutput,
     run_adapt,
@@ -132,6 +135,13 @@ class RunSummary:
     results: Path
     certificates: Path
 
+    def describe(self) -> str:
+        done = ", ".join(f"{n} {k}" for k, n in self.computed.items())
+        return (
+            f"computed {done}; {self.skipped} cells were already done; {self.seconds:.1f} s\n"
+            f"wrote {self.results} and {self.certificates}"
+        )
+
 
 # Rough single-core seconds per unit of work, for the ETA only: the bar advances by each
 # finished cell's estimated cost, so its rate (and ETA) calibrates itself to the machine
@@ -152,6 +162,9 @@ def _params(config: dict[str, Any], key: str, inp: int = 64) -> int:
 
 
 Cell = DemosCell | InferCell | AdaptCell | EvalCell | CeilingCell | CertCell
+CellT = TypeVar("CellT", bound=Cell)
+J = TypeVar("J")
+R = TypeVar("R")
 
 
 def cell_cost(cell: Cell, actor_params: dict[str, int]) -> float:
@@ -207,11 +220,31 @@ class _Progress:
         self.bar.close()
 
 
-def _save_infer(store: Store, cell: InferCell, out: InferOutput) -> None:
+@dataclass
+class _Run:
+    """What a run's jobs are built from: its store, the size of its evaluation and
+    adaptation jobs, and the demonstrations, each file loaded once."""
+
+    store: Store
+    batch: int  # episodes per evaluation job, per round of an adaptation job
+    parallel: int  # jobs the executor runs at once
+    loaded: dict[str, Demos] = field(default_factory=dict)
+
+    def drawn(self, cell: InferCell) -> Demos:
+        """The demonstrations an inference learns from."""
+        d = cell.demos
+        if d.id not in self.loaded:
+            self.loaded[d.id] = load_demos(self.store.demos(d), d.model.domain)
+        return self.loaded[d.id].sample(cell.num_demos, cell.seed)
+
+
+def _save_infer(run: _Run, cells: list[InferCell], out: InferOutput) -> None:
     from rbfm.baselines import build_policy, write_policy
     from rbfm.envs import get_domain
     from rbfm.policy_files import save_z
 
+    (cell,) = cells
+    store = run.store
     stem = store.policy(cell)
     stem.parent.mkdir(parents=True, exist_ok=True)
     d = cell.demos
@@ -426,11 +459,211 @@ def _actor_params(checkpoint: str) -> int:
         return sum(int(np.prod(f.get_slice(k).get_shape())) for k in names)
 
 
-def _stage(
-    executor: Executor, fn: Any, jobs: list[Any], progress: _Progress, name: str
-) -> Iterator[tuple[int, Any]]:
-    progress.stage(name)
-    yield from executor.map_unordered(fn, jobs)
+def _demos_job(run: _Run, cells: list[DemosCell]) -> DemosJob:
+    (d,) = cells
+    return DemosJob(
+        d.expert.checkpoint,
+        d.model.domain,
+        d.task,
+        list(d.expert_z),
+        d.episodes,
+        d.seed,
+        d.expert.noise,
+    )
+
+
+def _save_demos(run: _Run, cells: list[DemosCell], demos: Demos) -> None:
+    (d,) = cells
+    save_demos(run.store.demos(d), demos)
+
+
+def _infer_job(run: _Run, cells: list[InferCell]) -> InferJob:
+    (i,) = cells
+    baseline = i.variant.preset is not None
+    return InferJob(
+        i.variant.method,
+        i.variant.config | ({"bf16": True} if i.bf16 else {}),
+        i.variant.preset,
+        i.seed,
+        run.drawn(i),
+        None if baseline else i.demos.model.checkpoint,
+        str(run.store.policy(i)) + ".resume.pt" if baseline else None,
+    )
+
+
+def _adapt_job(run: _Run, cells: list[AdaptCell]) -> AdaptJob:
+    tasks = [
+        AdaptTask(
+            a.id,
+            _stored_policy(run.store, a.infer)[0] or [],
+            run.drawn(a.infer),
+            a.infer.demos.model.domain,
+            a.infer.demos.task,
+            None if a.family == NOMINAL else a.family,
+            a.level,
+            a.infer.seed,
+        )
+        for a in cells
+    ]
+    return AdaptJob(cells[0].infer.demos.model.checkpoint, cells[0].config, tasks)
+
+
+def _save_adapt(run: _Run, cells: list[AdaptCell], outputs: list[AdaptOutput]) -> None:
+    for a, res in _matched(cells, outputs):
+        _write_json(run.store.adapt_record(a), dataclasses.asdict(res))
+
+
+def _eval_job(run: _Run, cells: list[EvalCell]) -> EvalJob:
+    return EvalJob(_checkpoint(cells[0]), [_eval_entry(run.store, c) for c in cells])
+
+
+def _save_eval(run: _Run, cells: list[EvalCell], outputs: list[EvalOutput]) -> None:
+    for cell, res in _matched(cells, outputs):
+        row = _result_row(run.store, cell, res.returns, res.unstable)
+        _write_json(
+            run.store.eval_record(cell),
+            {"row": dataclasses.asdict(row), "returns": res.returns.tolist()},
+        )
+
+
+def _ceiling_job(run: _Run, cells: list[CeilingCell]) -> EvalJob:
+    return EvalJob(_checkpoint(cells[0]), [_ceiling_entry(c) for c in cells])
+
+
+def _save_ceiling(run: _Run, cells: list[CeilingCell], outputs: list[EvalOutput]) -> None:
+    for cell, res in _matched(cells, outputs):
+        _write_json(
+            run.store.ceiling_record(cell),
+            {"returns": res.returns.tolist(), "unstable": res.unstable},
+        )
+
+
+def _cert_job(run: _Run, cells: list[CertCell]) -> CertJob:
+    (c,) = cells
+    z, pol = _stored_policy(run.store, c.infer)
+    fb = c.infer.demos.model.checkpoint if z is not None else None
+    return CertJob(run.drawn(c.infer), c.radii, c.steps, fb, z, pol)
+
+
+def _save_cert(run: _Run, cells: list[CertCell], certs: list[Certificate]) -> None:
+    (c,) = cells
+    rec = [dataclasses.asdict(x) for x in certs]
+    _write_json(run.store.cert_record(c), {"infer": c.infer.id, "certificates": rec})
+
+
+Out = TypeVar("Out", AdaptOutput, EvalOutput)
+
+
+def _matched(cells: list[CellT], outputs: list[Out]) -> Iterator[tuple[CellT, Out]]:
+    """A batched job's outputs beside the cells they belong to (same order)."""
+    for cell, res in zip(cells, outputs, strict=True):
+        assert res.cell == cell.id
+        yield cell, res
+
+
+@dataclass(frozen=True)
+class _Stage(Generic[CellT, J, R]):
+    """One kind of cell: where the plan lists them, the file that marks one finished, how
+    the unfinished are grouped into jobs (`pack`; default one job per cell), what a job
+    runs, and how its result is stored."""
+
+    key: str  # in RunSummary.computed
+    name: str  # on the progress bar
+    cells: Callable[[Plan], list[CellT]]
+    record: Callable[[Store, CellT], Path]
+    job: Callable[[_Run, list[CellT]], J]
+    run: Callable[[J], R]
+    save: Callable[[_Run, list[CellT], R], None]
+    pack: Callable[[list[CellT], int, int], list[list[CellT]]] | None = None
+    optional: bool = False  # in RunSummary.computed only when the plan has such cells
+
+    def todo(self, store: Store, p: Plan) -> list[CellT]:
+        return [c for c in self.cells(p) if not self.record(store, c).exists()]
+
+
+# In order: each stage's jobs are built from the outputs of those before it.
+_STAGES: tuple[_Stage[Any, Any, Any], ...] = (
+    _Stage(
+        key="demos",
+        name="demonstrations",
+        cells=lambda p: p.demos,
+        record=Store.demos,
+        job=_demos_job,
+        run=run_demos,
+        save=_save_demos,
+    ),
+    _Stage(
+        key="infer",
+        name="task inference",
+        cells=lambda p: p.infers,
+        record=Store.infer_record,
+        job=_infer_job,
+        run=run_infer,
+        save=_save_infer,
+    ),
+    _Stage(
+        key="adapt",
+        name="adaptation",
+        cells=lambda p: p.adapts,
+        record=Store.adapt_record,
+        job=_adapt_job,
+        run=run_adapt,
+        save=_save_adapt,
+        pack=_pack_adapt,
+        optional=True,
+    ),
+    _Stage(
+        key="eval",
+        name="evaluation",
+        cells=lambda p: p.evals,
+        record=Store.eval_record,
+        job=_eval_job,
+        run=run_eval,
+        save=_save_eval,
+        pack=_pack,
+    ),
+    _Stage(
+        key="ceiling",
+        name="expert evaluation",
+        cells=lambda p: p.ceilings,
+        record=Store.ceiling_record,
+        job=_ceiling_job,
+        run=run_eval,
+        save=_save_ceiling,
+        pack=_pack,
+    ),
+    # Last: a run stopped early has its returns before the certificates that explain them.
+    _Stage(
+        key="certificate",
+        name="certificates",
+        cells=lambda p: p.certs,
+        record=Store.cert_record,
+        job=_cert_job,
+        run=run_cert,
+        save=_save_cert,
+    ),
+)
+
+
+def _run_stage(
+    stage: _Stage[Any, Any, Any],
+    todo: list[Cell],
+    run: _Run,
+    executor: Executor,
+    bar: _Progress,
+    computed: dict[str, int],
+) -> None:
+    """Runs a stage's unfinished cells, storing each job's result as it finishes."""
+    if stage.pack is None:
+        batches = [[c] for c in todo]
+    else:
+        batches = stage.pack(todo, run.batch, run.parallel)
+    jobs = [stage.job(run, cells) for cells in batches]
+    bar.stage(stage.name)
+    for i, result in executor.map_unordered(stage.run, jobs):
+        stage.save(run, batches[i], result)
+        computed[stage.key] += len(batches[i])
+        bar.update([c.id for c in batches[i]])
 
 
 def run_experiment(
@@ -449,141 +682,19 @@ def run_experiment(
     for sub in ("demos", "policies"):
         (store.root / sub).mkdir(parents=True, exist_ok=True)
     _write_json(store.root / "spec.json", {"spec": dataclasses.asdict(spec)})
-    demos_todo = [d for d in p.demos if not store.demos(d).exists()]
-    infer_todo = [i for i in p.infers if not store.infer_record(i).exists()]
-    adapt_todo = [a for a in p.adapts if not store.adapt_record(a).exists()]
-    eval_todo = [e for e in p.evals if not store.eval_record(e).exists()]
-    ceiling_todo = [c for c in p.ceilings if not store.ceiling_record(c).exists()]
-    cert_todo = [c for c in p.certs if not store.cert_record(c).exists()]
-    todo_cells: list[Cell] = [
-        *demos_todo,
-        *infer_todo,
-        *adapt_todo,
-        *eval_todo,
-        *ceiling_todo,
-        *cert_todo,
-    ]
-    skipped = p.total - len(todo_cells)
+    todo = {s.key: s.todo(store, p) for s in _STAGES}
+    skipped = p.total - sum(len(rest) for rest in todo.values())
     actor = {ck: _actor_params(ck) for ck in {d.model.checkpoint for d in p.demos}}
-    cells: list[Cell] = [*p.demos, *p.infers, *p.adapts, *p.evals, *p.ceilings, *p.certs]
+    cells: list[Cell] = [c for s in _STAGES for c in s.cells(p)]
     costs = {c.id: cell_cost(c, actor) for c in cells}
-    bar = _Progress(costs, {c.id for c in cells} - {c.id for c in todo_cells}, progress)
-    computed = {"demos": 0, "infer": 0, "eval": 0, "ceiling": 0, "certificate": 0}
-    if p.adapts:  # runs without adaptation report what they always did
-        computed["adapt"] = 0
+    unfinished = {c.id for rest in todo.values() for c in rest}
+    bar = _Progress(costs, {c.id for c in cells} - unfinished, progress)
+    computed = {s.key: 0 for s in _STAGES if not s.optional}
+    computed |= {s.key: 0 for s in _STAGES if s.optional and s.cells(p)}
+    run = _Run(store, eval_batch, executor.parallel)
     try:
-        jobs_d = [
-            DemosJob(
-                d.expert.checkpoint,
-                d.model.domain,
-                d.task,
-                list(d.expert_z),
-                d.episodes,
-                d.seed,
-                d.expert.noise,
-            )
-            for d in demos_todo
-        ]
-        for i, demos in _stage(executor, run_demos, jobs_d, bar, "demonstrations"):
-            save_demos(store.demos(demos_todo[i]), demos)
-            computed["demos"] += 1
-            bar.update([demos_todo[i].id])
-
-        loaded: dict[str, Demos] = {}
-
-        def drawn(cell: InferCell) -> Demos:
-            d = cell.demos
-            if d.id not in loaded:
-                loaded[d.id] = load_demos(store.demos(d), d.model.domain)
-            return loaded[d.id].sample(cell.num_demos, cell.seed)
-
-        jobs_i = [
-            InferJob(
-                i.variant.method,
-                i.variant.config | ({"bf16": True} if i.bf16 else {}),
-                i.variant.preset,
-                i.seed,
-                drawn(i),
-                None if i.variant.preset is not None else i.demos.model.checkpoint,
-                str(store.policy(i)) + ".resume.pt" if i.variant.preset is not None else None,
-            )
-            for i in infer_todo
-        ]
-        for i, result in _stage(executor, run_infer, jobs_i, bar, "task inference"):
-            _save_infer(store, infer_todo[i], result)
-            computed["infer"] += 1
-            bar.update([infer_todo[i].id])
-
-        packed_a = _pack_adapt(adapt_todo, eval_batch, executor.parallel)
-        jobs_a = [
-            AdaptJob(
-                cells[0].infer.demos.model.checkpoint,
-                cells[0].config,
-                [
-                    AdaptTask(
-                        a.id,
-                        _stored_policy(store, a.infer)[0] or [],
-                        drawn(a.infer),
-                        a.infer.demos.model.domain,
-                        a.infer.demos.task,
-                        None if a.family == NOMINAL else a.family,
-                        a.level,
-                        a.infer.seed,
-                    )
-                    for a in cells
-                ],
-            )
-            for cells in packed_a
-        ]
-        for i, outputs in _stage(executor, run_adapt, jobs_a, bar, "adaptation"):
-            for a, res in zip(packed_a[i], outputs, strict=True):
-                assert res.cell == a.id
-                _write_json(store.adapt_record(a), dataclasses.asdict(res))
-            computed["adapt"] += len(packed_a[i])
-            bar.update([a.id for a in packed_a[i]])
-
-        packed = _pack(eval_todo, eval_batch, executor.parallel)
-        jobs_e = [
-            EvalJob(cells[0].infer.demos.model.checkpoint, [_eval_entry(store, c) for c in cells])
-            for cells in packed
-        ]
-        for i, outputs in _stage(executor, run_eval, jobs_e, bar, "evaluation"):
-            for cell, res in zip(packed[i], outputs, strict=True):
-                assert res.cell == cell.id
-                row = _result_row(store, cell, res.returns, res.unstable)
-                _write_json(
-                    store.eval_record(cell),
-                    {"row": dataclasses.asdict(row), "returns": res.returns.tolist()},
-                )
-            computed["eval"] += len(packed[i])
-            bar.update([c.id for c in packed[i]])
-
-        packed_c = _pack(ceiling_todo, eval_batch, executor.parallel)
-        jobs_c = [EvalJob(_checkpoint(cs[0]), [_ceiling_entry(c) for c in cs]) for cs in packed_c]
-        for i, outputs in _stage(executor, run_eval, jobs_c, bar, "expert evaluation"):
-            for ceiling, res in zip(packed_c[i], outputs, strict=True):
-                assert res.cell == ceiling.id
-                _write_json(
-                    store.ceiling_record(ceiling),
-                    {"returns": res.returns.tolist(), "unstable": res.unstable},
-                )
-            computed["ceiling"] += len(packed_c[i])
-            bar.update([c.id for c in packed_c[i]])
-
-        # Last: a run stopped early has its returns before the certificates that explain them.
-        jobs_k = []
-        for c in cert_todo:
-            z, pol = _stored_policy(store, c.infer)
-            fb = c.infer.demos.model.checkpoint if z is not None else None
-            jobs_k.append(CertJob(drawn(c.infer), c.radii, c.steps, fb, z, pol))
-        for i, certs in _stage(executor, run_cert, jobs_k, bar, "certificates"):
-            rec = [dataclasses.asdict(c) for c in certs]
-            _write_json(
-                store.cert_record(cert_todo[i]),
-                {"infer": cert_todo[i].infer.id, "certificates": rec},
-            )
-            computed["certificate"] += 1
-            bar.update([cert_todo[i].id])
+        for s in _STAGES:
+            _run_stage(s, todo[s.key], run, executor, bar, computed)
     finally:
         bar.close()
         executor.close()

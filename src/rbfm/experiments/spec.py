@@ -4,38 +4,7 @@ A spec is a named preset (`smoke`, `cpu`, `slice`, `paper`, ...) or a TOML file 
 the same fields (TOML because Python reads it without a dependency). `validate` checks
 every field against what exists (domains, tasks, families, methods and their config
 fields, checkpoints) before any work starts, and names the field in its errors.
-
-    name = "mine"
-    seeds = [0, 1, 2, 3, 4]      # inference seeds (each draws its own demonstrations)
-    demos = 200                  # expert episodes generated per (model, task)
-    num_demos = 4                # drawn per seed
-    episodes = 20                # evaluation episodes per (task vector, level)
-    experts = ["own", "noisy"]   # expert sources (EXPERT_KINDS); default ["own"]
-    ceiling = true               # also evaluate each expert at every level (experts.csv)
-
-    [[models]]
-    domain = "cheetah"
-    dataset = "rnd"              # the data label figures use (Q4: "rnd-100k", "aps", ...);
-                                 # one model per (domain, label): results group by it
-    checkpoint = "shipped"       # the model shipped for the domain, or a path
-    tasks = ["walk", "run"]      # default: all of the domain's
-    families = ["joint_friction"]  # default: all of the domain's; "none" = nominal only
-    levels = 6                   # per family: all 6 sweep levels, k of them, or a table
-    experts = ["model:cheetah:rnd-v1"]  # optional: this model's expert sources instead
-                                 # of the spec's (a model:NAME expert is of one domain)
-
-    [[adapt]]                    # optional: adapt FB task vectors at each level
-    budget = 10                  # episodes in the evaluated environment (AdaptConfig)
-    evaluate = [2, 5, 10]        # the budgets evaluated: prefixes of one search
-    criterion = "demos"          # reward-free; "reward" is the oracle (results: oracle-kK)
-    methods = ["fbil"]           # whose task vectors start the search
-
-    [[methods]]
-    name = "rbfm-heavy"
-    eps = [0.4, 0.8]             # a list makes one variant per value (Q5)
-    overrides = { steps = 1000 } # fields of the method's config (HeavyConfig...)
-    tasks = ["walk"]             # optional: restrict a method (the baselines are costly)
-    datasets = ["rnd"]           # optional: to the models of these data labels
+Its fields, with a tested example: docs/spec.md.
 """
 
 from __future__ import annotations
@@ -465,9 +434,7 @@ PRESETS: dict[str, ExperimentSpec] = {
                     domain,
                     label,
                     checkpoint=checkpoint,
-                    levels={
-                        f: _ends(get_perturbation(domain, f).levels) for f in families(domain)
-                    },
+                    levels={f: _ends(get_perturbation(domain, f).levels) for f in families(domain)},
                 ),
             ),
             methods=(MethodEntry("fbil"),),

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from rbfm.data import Dataset, Transitions, load_dataset, relabel_all
-from rbfm.fb.checkpoint import training_data
+from rbfm.data.dataset import find_buffer
+from rbfm.envs import TASKS
+from rbfm.fb.checkpoint import (
+    dataset_name,
+    export_checkpoint,
+    load_checkpoint,
+    training_data,
+)
 from rbfm.fb.model import FBModel
 
 
@@ -52,3 +60,25 @@ def task_vectors(
     with torch.no_grad():
         z = {t: infer_z(model, obs, rewards[t]) for t in tasks}
     return z, f"inferred from {model.cfg.reward_samples} labelled dataset states"
+
+
+def export_with_task_z(
+    checkpoint: str, out: str, dataset: str | None = None, fp16: bool = False
+) -> Path:
+    """Copies a checkpoint (e.g. a run's best) to the stem `out`, every task's
+    reward-inferred z in its description: the stored ones when it has them (its
+    selection's), else inferred now from `dataset` (seed 1). `dataset` also names the
+    model's data, whatever path the run recorded; `fp16` halves the file."""
+    data = None if dataset is None else dataset_name(find_buffer(Path(dataset)))
+    model, meta = load_checkpoint(checkpoint)
+    source = None if "task_z" in meta else dataset
+    task_z, _ = task_vectors(model, meta, list(TASKS[meta["domain"]]), checkpoint, source, 1)
+    # A relative path as given, else its last part: no machine's absolute paths.
+    exported_from = checkpoint if not Path(checkpoint).is_absolute() else Path(checkpoint).name
+    extra: dict[str, Any] = {
+        "task_z": {t: z.tolist() for t, z in task_z.items()},
+        "exported_from": exported_from,
+    }
+    if data is not None:
+        extra["dataset"] = {"name": data}
+    return export_checkpoint(checkpoint, out, extra, torch.float16 if fp16 else None)

@@ -46,6 +46,19 @@ class InferenceResult:
     def ms_per_step(self) -> float:
         return 1000 * (self.seconds - self.setup_seconds) / max(self.steps, 1)
 
+    def stopped(self, settings: str) -> str:
+        """How the descent ended, for a reader deciding whether to trust its z."""
+        if self.converged:
+            return "converged"
+        if settings != "default":
+            return "still improving at the end (the paper's fixed step count)"
+        if self.cap == "step cap":
+            return "NOT converged: the step cap came first (raise --steps)"
+        return (
+            "NOT converged: its last temperature stage still improved the objective "
+            "(the z is its best exact iterate)"
+        )
+
 
 @dataclass
 class Prepared:

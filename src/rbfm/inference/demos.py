@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from rbfm.data.demos import Demos
+from rbfm.envs import checked_tasks
 from rbfm.errors import ConfigError
 from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy
 from rbfm.evaluation.rollout import Policy, Wrapper
@@ -71,6 +72,32 @@ def generate_demos(
             "action_noise": action_noise,
         },
     )
+
+
+def expert_demos(
+    checkpoint: str,
+    task: str,
+    episodes: int,
+    seed: int = 0,
+    action_noise: float = 0.0,
+    dataset: str | None = None,
+    device: str | None = None,
+) -> Demos:
+    """`generate_demos` for a model by name or path, with the task's z stored with it
+    (or inferred from `dataset`); the demonstrations' description names both."""
+    from rbfm.fb.checkpoint import load_checkpoint
+    from rbfm.fb.zero_shot import task_vectors
+
+    model, meta = load_checkpoint(checkpoint, device=device)
+    z, source = task_vectors(
+        model, meta, checked_tasks(meta["domain"], [task]), checkpoint, dataset, seed
+    )
+    demos = generate_demos(
+        model, meta["domain"], task, z[task], episodes, seed, None, True, action_noise
+    )
+    z_source = "checkpoint" if source.startswith("stored") else "dataset"
+    demos.meta.update(checkpoint=str(checkpoint), z_source=z_source)
+    return demos
 
 
 class _BatchNoise(Wrapper):

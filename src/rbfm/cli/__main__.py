@@ -1,0 +1,5 @@
+import sys
+
+from rbfm.cli import main
+
+sys.exit(main())
