@@ -93,6 +93,8 @@ _LINESTYLES: tuple[str | tuple[int, tuple[int, ...]], ...] = (
     ":",
     "-.",
     (0, (5, 1, 1, 1, 1, 1)),
+    (0, (1, 3)),
+    (0, (8, 2, 1, 2, 1, 2)),
 )
 
 
@@ -141,7 +143,9 @@ def _styles(rows: Sequence[ResultRow]) -> dict[str, _Style]:
             styles[label] = _Style(
                 colour=_ADAPT_COLOURS[kind],
                 marker=REGISTRY[method].marker if method in REGISTRY else "o",
-                linestyle=_LINESTYLES[(len(budgets) - 1 - budgets.index(budget)) % 4],
+                linestyle=_LINESTYLES[
+                    (len(budgets) - 1 - budgets.index(budget)) % len(_LINESTYLES)
+                ],
             )
             continue
         colours.setdefault(method, f"C{len(colours) % 10}")
