@@ -98,6 +98,25 @@ def test_the_oracle_chooses_by_return(model: FBModel, demos: Demos, z0: torch.Te
     assert res.z is res.candidates[int(np.argmax(res.returns))]
 
 
+def test_the_cone_search_samples_at_a_fixed_angle_and_never_reads_a_reward(
+    model: FBModel, demos: Demos, z0: torch.Tensor
+) -> None:
+    cfg = AdaptConfig(budget=4, search="cone", cosine=0.9)
+    a = adapt(model, demos, z0, ENV, cfg, seed=2)
+    start = project(z0, model.radius)
+    assert torch.allclose(a.candidates[0], start)
+    for c in a.candidates[1:]:  # on the sphere, at the cosine asked, each elsewhere
+        assert torch.allclose(c.norm(), torch.tensor(model.radius))
+        assert float(c @ start) / model.radius**2 == pytest.approx(0.9, abs=1e-5)
+    assert len({tuple(c.tolist()) for c in a.candidates}) == 4
+    other = EnvSpec("cheetah", "walk_backward", ENV.perturbation, ENV.level)
+    b = adapt(model, demos, z0, other, cfg, seed=2)
+    assert a.returns != b.returns and torch.equal(a.z, b.z) and a.distances == b.distances
+    assert a.z is a.candidates[int(np.argmin(a.distances))]
+    # Another seed, other directions; the line search's candidates are others again.
+    assert not torch.equal(adapt(model, demos, z0, ENV, cfg, seed=3).candidates[1], a.candidates[1])
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
@@ -105,6 +124,8 @@ def test_the_oracle_chooses_by_return(model: FBModel, demos: Demos, z0: torch.Te
         ({"budget": 2, "states": 3}, "exceed the budget"),
         ({"criterion": "return"}, "criterion"),
         ({"step": 0.0}, "step"),
+        ({"search": "grid"}, "search"),
+        ({"search": "cone", "cosine": 1.0}, "cosine"),
     ],
 )
 def test_bad_configs_are_refused(kwargs: dict[str, Any], match: str) -> None:

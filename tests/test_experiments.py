@@ -731,6 +731,14 @@ def test_adaptation_is_an_axis_of_cells_evaluated_at_each_budget(
         plan(from_dict({**data, "adapt": [{"budget": 2, "evaluate": [3]}]}))
     with pytest.raises(ConfigError, match=r"adapt\[0\].methods: 'drbc'"):
         plan(from_dict({**data, "adapt": [{"budget": 2, "methods": ["drbc"]}]}))
+    # The cone search is another configuration: cells and results of its own; the line
+    # search's configuration (and so its cells' ids) does not name the search.
+    cone = plan(from_dict({**data, "adapt": [{"budget": 2, "search": "cone"}]}))
+    assert {a.config.get("search") for a in cone.adapts} == {"cone"}
+    assert {a.config.get("search") for a in p.adapts} == {None}
+    assert {e.variant for e in cone.evals if e.adapt} == {"adapt-cone-k2"}
+    with pytest.raises(ConfigError, match=r"adapt\[0\]: search: 'grid'"):
+        plan(from_dict({**data, "adapt": [{"budget": 2, "search": "grid"}]}))
 
 
 def test_a_truncated_model_is_refused_before_anything_is_written(

@@ -146,17 +146,25 @@ def adapt(
     level: float | None = None,
     episodes: int = 10,
     seed: int = 0,
+    search: str = "line",
 ) -> Imitation:
     """An FB imitation's z adapted with `episodes` reward-free episodes in the environment
     it meets (`rbfm.inference.adapt`: its states matched to the demonstrations' in B's
-    space)."""
+    space; `search` "line" or "cone")."""
     from rbfm.inference.adapt import AdaptConfig
     from rbfm.inference.adapt import adapt as adapt_z
 
     if imitation.z is None or imitation.model is None:
         raise ConfigError(f"adapt: {imitation.method} is a policy network; only task vectors adapt")
     env = EnvSpec(imitation.domain, imitation.task, perturbation, level).checked()
-    res = adapt_z(imitation.model.fb, demos, imitation.z, env, AdaptConfig(budget=episodes), seed)
+    res = adapt_z(
+        imitation.model.fb,
+        demos,
+        imitation.z,
+        env,
+        AdaptConfig(budget=episodes, search=search),
+        seed,
+    )
     info = (imitation.info or {}) | {"adapted": {"episodes": res.episodes, "level": level}}
     return Imitation(
         imitation.method,

@@ -6,6 +6,8 @@ import argparse
 import os
 import time
 
+import torch
+
 from rbfm import checks
 from rbfm.cli.options import REQUIRED, Use, command, from_args
 from rbfm.envs import DOMAINS
@@ -13,15 +15,13 @@ from rbfm.exploration import AGENTS, RND_PRESETS, CollectConfig
 from rbfm.fb import FB_PRESETS
 from rbfm.training.pretrain import PretrainConfig
 
-_DOMAINS = sorted(DOMAINS)
-
 
 @command(
     "collect",
     "collect reward-free exploration data in ExORL format (resumable)",
     "Into OUT/<domain>/<agent>/buffer; rerun, it resumes; a larger --transitions extends it.",
     config=CollectConfig,
-    domain=Use(REQUIRED, choices=_DOMAINS),
+    domain=Use(REQUIRED, choices=sorted(DOMAINS)),
     agent=Use(REQUIRED, choices=list(AGENTS)),
     transitions=Use(REQUIRED, "environment steps (rounded up to whole episodes)"),
     out=Use(REQUIRED, "dataset root directory"),
@@ -52,7 +52,7 @@ def collect(args: argparse.Namespace) -> None:
     config=PretrainConfig,
     dataset=Use(REQUIRED, "ExORL buffer or a directory above it"),
     out=Use(REQUIRED, "run directory"),
-    domain=Use(None, "default: read from the dataset path", _DOMAINS),
+    domain=Use(None, "default: read from the dataset path", sorted(DOMAINS)),
     preset=Use("cpu", "paper (the paper's hyperparameters), cpu, tiny (tests)", sorted(FB_PRESETS)),
     steps=Use(None, "updates (default: the preset's)"),
     transitions=Use(None, "uniform subsample of the dataset (default: min(1M, all))"),
@@ -70,8 +70,6 @@ def pretrain(args: argparse.Namespace) -> None:
     overrides = checks.assignments(args.set)
     cfg = from_args(PretrainConfig, args, bf16=args.bf16 or None, overrides=overrides)
     if args.threads is not None:
-        import torch
-
         torch.set_num_threads(args.threads)
     run = pretrain(cfg, progress=not args.quiet)
     print(f"run finished: {run} (best model: {run / 'best.safetensors'})")

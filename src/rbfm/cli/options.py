@@ -41,6 +41,7 @@ OPTIONS: dict[str, Opt] = {
     "cross_task": Opt("score files inferred for another task than --task"),
     "cuda_graph": Opt("on a GPU, replay the update as one CUDA graph (docs/benchmarks.md)"),
     "dataset": Opt("infer the tasks' z from this dataset (default: the checkpoint's stored z)"),
+    "cosine": Opt("the cone search's cosine of each candidate to the start z", float),
     "demos": Opt("demonstrations file from `rbfm demos`"),
     "device": Opt("torch device, e.g. cpu or cuda:1 (default: cuda if available, else cpu)"),
     "domain": Opt("DMC domain"),
@@ -77,6 +78,7 @@ OPTIONS: dict[str, Opt] = {
     "random": Opt("also evaluate a uniform random policy"),
     "ray": Opt("run on Ray: auto, local or a cluster address (pip install 'rbfm[ray]')"),
     "replay": Opt("store only the actions; `rbfm unpack` regenerates the rest"),
+    "search": Opt("adaptation search (docs/inference.md)", extra={"choices": ["line", "cone"]}),
     "seed": Opt("random seed", int),
     "seeds": Opt("override: the first N seeds", int),
     "set": Opt(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rbfm import EVAL_SEED, checks
-from rbfm.cli.options import MODEL, REQUIRED, Use, command, listed
+from rbfm.cli.options import MODEL, REQUIRED, Use, command, from_args, listed
 from rbfm.inference.adapt import AdaptConfig
 from rbfm.methods import NAMES
 
@@ -90,12 +90,11 @@ def infer(args: argparse.Namespace) -> None:
     checks.out_file(args.out)
     demos = load_demos(args.demos).sample(args.num_demos, args.seed)
     given = {"steps": args.steps, "eps": args.eps, "bf16": args.bf16 or None}
-    described = {"demos": str(args.demos), "num_demos": args.num_demos}
-    line = imitate_to_file(
+    print(imitate_to_file(
         args.method, demos, args.checkpoint, args.seed, args.out, args.settings, args.preset,
-        {k: v for k, v in given.items() if v is not None}, described, args.device,
-    )  # fmt: skip
-    print(line)
+        {k: v for k, v in given.items() if v is not None},
+        {"demos": str(args.demos), "num_demos": args.num_demos}, args.device,
+    ))  # fmt: skip
 
 
 @command(
@@ -122,7 +121,7 @@ def adapt(args: argparse.Namespace) -> None:
 
     checks.out_file(args.out)
     criterion = "reward" if args.oracle else "demos"
-    cfg = AdaptConfig(args.episodes, states=args.states, criterion=criterion)
+    cfg = from_args(AdaptConfig, args, budget=args.episodes, criterion=criterion)
     demos = load_demos(args.demos).sample(args.num_demos, args.seed)
     print(adapt_to_file(
         args.checkpoint, args.z, demos, args.perturbation, args.level, cfg, args.seed, args.out,

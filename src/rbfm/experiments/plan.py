@@ -340,7 +340,9 @@ def _adapt_config(entry: AdaptEntry, where: str, labels: set[str]) -> dict[str, 
     from rbfm.inference.adapt import AdaptConfig
 
     try:
-        cfg = AdaptConfig(budget=entry.budget, states=entry.states, criterion=entry.criterion)
+        cfg = AdaptConfig(
+            budget=entry.budget, states=entry.states, criterion=entry.criterion, search=entry.search
+        )
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from e
     if not entry.evaluate or len(set(entry.evaluate)) != len(entry.evaluate):
@@ -357,7 +359,13 @@ def _adapt_config(entry: AdaptEntry, where: str, labels: set[str]) -> dict[str, 
     for label in entry.datasets:
         if label not in labels:
             raise ConfigError(f"{where}.datasets: {label!r} is not the dataset of any model")
-    return dataclasses.asdict(cfg)
+    # Fields added after cells were computed enter a cell's identity only when set otherwise,
+    # so that those cells keep their ids.
+    return {
+        k: v
+        for k, v in dataclasses.asdict(cfg).items()
+        if k not in ("search", "cosine") or v != getattr(AdaptConfig, k)
+    }
 
 
 def _check_counts(spec: ExperimentSpec) -> None:

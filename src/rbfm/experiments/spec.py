@@ -73,12 +73,14 @@ class AdaptEntry:
     evaluate: tuple[int, ...] = (2, 5, 10)
     criterion: str = "demos"
     states: int = 1
+    search: str = "line"  # or "cone" (AdaptConfig); results: adapt-cone-kK, oracle-cone-kK
     methods: tuple[str, ...] = ("fbil",)
     datasets: tuple[str, ...] = ()  # () = every model; else the models of these labels
 
     @property
     def label(self) -> str:
-        return "oracle" if self.criterion == "reward" else "adapt"
+        kind = "oracle" if self.criterion == "reward" else "adapt"
+        return kind if self.search == "line" else f"{kind}-{self.search}"
 
 
 @dataclass(frozen=True)
@@ -425,10 +427,11 @@ PRESETS: dict[str, ExperimentSpec] = {
     ),
     # Its FB-IL slice per domain, on the `cpu`-sized nominal comparison model of the
     # dynamics-diverse models (walker, cheetah:rnd-v1, quadruped:rnd-v2), at nominal and the
-    # two strongest levels (what the goal reads). Same adaptation settings everywhere.
+    # two strongest levels (what the goal reads). Same adaptation settings everywhere;
+    # `adapt-cone-*`: the same slices with the cone search (AdaptConfig.search).
     **{
-        f"adapt-fbil-{domain}": ExperimentSpec(
-            name=f"adapt-fbil-{domain}",
+        f"{name}-{domain}": ExperimentSpec(
+            name=f"{name}-{domain}",
             models=(
                 ModelEntry(
                     domain,
@@ -438,9 +441,10 @@ PRESETS: dict[str, ExperimentSpec] = {
                 ),
             ),
             methods=(MethodEntry("fbil"),),
-            adapt=tuple(dataclasses.replace(a, methods=("fbil",)) for a in ADAPT),
+            adapt=tuple(dataclasses.replace(a, methods=("fbil",), search=search) for a in ADAPT),
             **{**CPU_GRID, "experts": ("noisy",)},
         )
+        for name, search in (("adapt-fbil", "line"), ("adapt-cone", "cone"))
         for domain, (label, checkpoint) in ADAPT_SLICE_MODELS.items()
     },
     # The paper's grid (Section 4) at its scale: the paper's models, the FB methods at their
@@ -563,6 +567,7 @@ def from_dict(data: dict[str, Any], where: str = "spec") -> ExperimentSpec:
                 evaluate=tuple(evaluate),
                 criterion=str(a.get("criterion", "demos")),
                 states=a.get("states", 1),
+                search=str(a.get("search", "line")),
                 methods=_str_tuple(a.get("methods", ["fbil"]), f"{w}.methods"),
                 datasets=_str_tuple(a.get("datasets", []), f"{w}.datasets"),
             )

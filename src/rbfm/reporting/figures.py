@@ -109,11 +109,12 @@ class _Style:
 # Drawing helpers
 
 
-_ADAPT_COLOURS = {"adapt": "C6", "oracle": "C7"}
+_ADAPT_COLOURS = {"adapt": "C6", "oracle": "C7", "adapt-cone": "C8", "oracle-cone": "C9"}
 
 
 def _adaptation(variant: str) -> str | None:
-    """ "adapt" or "oracle" for an adapted task vector's variant (`fbil` `adapt-k5`)."""
+    """The adaptation ("adapt", "oracle", "adapt-cone", ...) of an adapted task vector's
+    variant (`fbil` `adapt-k5`)."""
     for part in variant.split(","):
         kind, _, budget = part.partition("-k")
         if kind in _ADAPT_COLOURS and budget.isdigit():
