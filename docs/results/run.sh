@@ -21,7 +21,8 @@ if [ ${#stages[@]} -eq 0 ]; then
 fi
 # Stages read as ratios to one reference configuration (python -m rbfm.reporting.goals).
 declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [adapt-fbil-walker]=rnd:fbil
-    [adapt-fbil-quadruped]=rnd-v2:fbil [shift-fbil-cheetah]=rnd-v1:fbil
+    [adapt-fbil-quadruped]=rnd-v2:fbil [adapt-cone-cheetah]=rnd-v1:fbil [adapt-cone-walker]=rnd:fbil
+    [adapt-cone-quadruped]=rnd-v2:fbil [shift-fbil-cheetah]=rnd-v1:fbil
     [shift-own-fbil-cheetah]=rnd-v1:fbil [shift-own-fbil-quadruped]=rnd-v2:fbil
     [shift-fbil-quadruped]=rnd-v2:fbil)
 for stage in "${stages[@]}"; do
