@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rbfm import EVAL_SEED
+from rbfm import EVAL_SEED, checks
 from rbfm.atomic import atomic_write
 from rbfm.baselines import BaselineResult, as_policy, load_policy, train_baseline, write_policy
 from rbfm.baselines.common import FORMAT as POLICY_FORMAT
@@ -294,8 +294,7 @@ def evaluate_files(
     method order). Refused before any rollout: files of different domains, a task vector
     of another model, a file inferred for another task (unless `cross_task`), levels
     outside the family's range."""
-    if episodes < 1:
-        raise ConfigError(f"episodes: {episodes} is out of range (valid: >= 1)")
+    checks.count("episodes", episodes)
     meta = None if checkpoint is None else read_meta(checkpoint)
     zs, policies, domains = [], [], set()
     if meta is not None:  # a policy of another domain than the model's is refused too

@@ -9,7 +9,7 @@ Methods keep the paper's order, display names, colours and markers everywhere
 colour and marker and differ by line style.
 
 Each `*_figure` function builds and returns a matplotlib Figure (for inspection); the matching
-`plot_*` function saves it as PNG and SVG side by side and returns the PNG path.
+`plot_*` function saves it as a PNG and returns its path.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ from rbfm.reporting.verdicts import (
 
 METHODS = NAMES
 """The paper's methods, in the paper's order."""
-DPI = 200  # PNG resolution; SVG beside every PNG
+DPI = 200  # PNG resolution
 # DMC episode returns: 1000 steps of rewards in [0, 1]. Confidence bands are clipped to it
 # (a Student-t interval over few seeds can reach outside), and captions say so.
 RETURN_RANGE = (0.0, 1000.0)
@@ -371,7 +371,7 @@ def plot_grid(
     dataset: str | None = None,
     ceilings: Sequence[CeilingRow] = (),
 ) -> Path:
-    """Saves `grid_figure` as PNG and SVG; returns the PNG path."""
+    """Saves `grid_figure` as a PNG; returns its path."""
     return save_figure(grid_figure(rows, domain, dataset, ceilings), out)
 
 
@@ -439,7 +439,7 @@ def plot_baselines(
     dataset: str | None = None,
     ceilings: Sequence[CeilingRow] = (),
 ) -> Path:
-    """Saves `baselines_figure` as PNG and SVG; returns the PNG path."""
+    """Saves `baselines_figure` as a PNG; returns its path."""
     return save_figure(baselines_figure(rows, domain, family, dataset, ceilings), out)
 
 
@@ -470,7 +470,7 @@ def plot_datasets(
     out: str | os.PathLike[str],
     ceilings: Sequence[CeilingRow] = (),
 ) -> Path:
-    """Saves `datasets_figure` as PNG and SVG; returns the PNG path."""
+    """Saves `datasets_figure` as a PNG; returns its path."""
     return save_figure(datasets_figure(rows, domain, task, family, ceilings), out)
 
 
@@ -523,7 +523,7 @@ def plot_eps(
     method: str = "rbfm-heavy",
     dataset: str | None = None,
 ) -> Path:
-    """Saves `eps_figure` as PNG and SVG; returns the PNG path."""
+    """Saves `eps_figure` as a PNG; returns its path."""
     return save_figure(eps_figure(rows, domain, task, family, method, dataset), out)
 
 
@@ -637,7 +637,7 @@ def plot_iqm(
     reps: int = IQM_REPS,
     seed: int = 0,
 ) -> Path:
-    """Saves `iqm_figure` as PNG and SVG; returns the PNG path."""
+    """Saves `iqm_figure` as a PNG; returns its path."""
     return save_figure(iqm_figure(rows, family, level, reps, seed), out)
 
 
@@ -657,7 +657,7 @@ def draw_all(
     certificates_path: str | os.PathLike[str] | None = None,
 ) -> list[Path]:
     """Draws every figure the table supports into `out_dir` and writes `tables.md` (timing,
-    returns, IQM with `iqm_reps` bootstrap resamples); returns the files written (PNG and SVG
+    returns, IQM with `iqm_reps` bootstrap resamples); returns the files written (the PNG
     of each figure, then tables.md).
 
     grid-{domain}-{dataset}              a grid per (domain, dataset)

@@ -114,7 +114,7 @@ def caption_width(fig_width: float) -> int:
 
 
 def _save(fig: Figure, ax: Axes, out: Path, caption: str | None = None) -> Path:
-    """PNG at 200 dpi and an SVG beside it, with an optional caption at the bottom,
+    """PNG at 200 dpi, with an optional caption at the bottom,
     wrapped to the figure's width."""
     ax.grid(alpha=0.3, axis="y" if ax.patches else "both")
     bottom = 0.0
