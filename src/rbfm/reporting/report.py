@@ -206,7 +206,7 @@ def certificates_table(certs: Sequence[CertificateRow]) -> str:
         groups.setdefault((c.domain, c.dataset, c.task, c.expert, c.label), []).append(c)
     tasks = {t: i for i, t in enumerate(unique(k[:4] for k in groups))}
 
-    def order(k: Key) -> tuple[int, tuple[int, str, float, str]]:
+    def order(k: Key) -> tuple[int, tuple[int, str, float, tuple[str | int, ...]]]:
         return (tasks[k[:4]], label_key(groups[k][0]))
 
     body = []

@@ -6,6 +6,7 @@ report (`report.py`) both read these."""
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -46,10 +47,12 @@ def method_rank(method: str) -> int:
     return NAMES.index(method) if method in NAMES else len(NAMES)
 
 
-def label_key(row: ResultRow | CertificateRow) -> tuple[int, str, float, str]:
-    """A row's label in the paper's order: method, then eps, then variant."""
+def label_key(row: ResultRow | CertificateRow) -> tuple[int, str, float, tuple[str | int, ...]]:
+    """A row's label in the paper's order: method, then eps, then variant, its numbers
+    compared as numbers (adapt-k2 before adapt-k10)."""
     eps = -math.inf if row.eps is None else row.eps
-    return (method_rank(row.method), row.method, eps, row.variant)
+    variant = tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", row.variant))
+    return (method_rank(row.method), row.method, eps, variant)
 
 
 def ordered_labels(rows: Iterable[ResultRow]) -> list[str]:
