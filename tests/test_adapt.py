@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rbfm.errors import ConfigError
-from rbfm.evaluation import EnvSpec, RolloutEngine
+from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy
 from rbfm.evaluation.sweep import sweep
 from rbfm.fb import FBModel
 from rbfm.fb.networks import project
@@ -115,6 +115,33 @@ def test_the_cone_search_samples_at_a_fixed_angle_and_never_reads_a_reward(
     assert a.z is a.candidates[int(np.argmin(a.distances))]
     # Another seed, other directions; the line search's candidates are others again.
     assert not torch.equal(adapt(model, demos, z0, ENV, cfg, seed=3).candidates[1], a.candidates[1])
+
+
+def test_the_implied_criterion_chooses_by_the_start_z_reward_and_never_reads_a_reward(
+    model: FBModel, demos: Demos, z0: torch.Tensor
+) -> None:
+    cfg = AdaptConfig(budget=4, search="cone", criterion="implied")
+    a = adapt(model, demos, z0, ENV, cfg, seed=2)
+    other = EnvSpec("cheetah", "walk_backward", ENV.perturbation, ENV.level)
+    b = adapt(model, demos, z0, other, cfg, seed=2)
+    assert a.returns != b.returns and torch.equal(a.z, b.z) and a.implied == b.implied
+    assert a.z is a.candidates[int(np.argmax(a.implied))]
+    # Each candidate's score is mean_t B(s_t)^T z0 over its episode's states, recomputed.
+    with RolloutEngine(0) as eng:
+        res = eng.run(
+            [ENV],
+            fb_policy(model, a.candidates[2][None]),
+            seeds=[(2, ADAPT_SEED_OFFSET)],
+            record=True,
+        )
+    assert res.trajectories is not None
+    obs = torch.as_tensor(res.trajectories[0]["observation"][1 : res.lengths[0] + 1])
+    with torch.no_grad():
+        want = float(model.backward_map(obs).mean(0) @ a.candidates[0])
+    assert a.implied[2] == pytest.approx(want, rel=1e-5)
+    # The same cone candidates as the distance's and the oracle's: only the choice differs.
+    d = adapt(model, demos, z0, ENV, AdaptConfig(budget=4, search="cone"), seed=2)
+    assert all(torch.equal(x, y) for x, y in zip(a.candidates, d.candidates, strict=True))
 
 
 @pytest.mark.parametrize(

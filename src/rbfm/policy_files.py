@@ -177,7 +177,8 @@ def adapt_to_file(
     z, info = load_z(z_file)
     check_z(z_file, z, info, model_meta)
     res = adapt(model, demos, z, env, cfg, seed=seed, progress=True)
-    label = f"{'oracle' if cfg.criterion == 'reward' else 'adapt'}-k{res.episodes}"
+    kind = {"demos": "adapt", "implied": "implied", "reward": "oracle"}[cfg.criterion]
+    label = f"{kind}-k{res.episodes}"
     record = {
         "criterion": cfg.criterion,
         "episodes": res.episodes,
@@ -185,6 +186,7 @@ def adapt_to_file(
         "perturbation": env.perturbation,
         "level": env.level,
         "distances": res.distances,
+        "implied": res.implied,
         "best": res.best,
         "seconds": res.seconds,
     }

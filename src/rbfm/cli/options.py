@@ -26,13 +26,11 @@ class Opt:
 
 MODEL = "FB model: a run folder, a checkpoint or a shipped name (walker; docs/models.md)"
 FLAGS = frozenset(
-    {"bf16", "compile", "cross_task", "cuda_graph", "dry_run", "figures", "fp16", "oracle", "quiet"}
+    {"bf16", "compile", "cross_task", "cuda_graph", "dry_run", "figures", "fp16", "quiet"}
     | {"random", "replay"}
 )
 OPTIONS: dict[str, Opt] = {
-    "action_noise": Opt(
-        "std of Gaussian noise on the expert's actions (clipped to [-1, 1])", float
-    ),
+    "action_noise": Opt("Gaussian noise std on the expert's actions (clipped to [-1, 1])", float),
     "agent": Opt("exploration agent (the paper's data: rnd, aps, proto)"),
     "bf16": Opt("bfloat16 autocast for the networks"),
     "checkpoint": Opt(MODEL),
@@ -41,6 +39,11 @@ OPTIONS: dict[str, Opt] = {
     "cross_task": Opt("score files inferred for another task than --task"),
     "cuda_graph": Opt("on a GPU, replay the update as one CUDA graph (docs/benchmarks.md)"),
     "dataset": Opt("infer the tasks' z from this dataset (default: the checkpoint's stored z)"),
+    "criterion": Opt(
+        "adaptation's choice: demos (B distance), implied (the start z's reward), reward "
+        "(the task's: the oracle, an upper bound for reports, not a method)",
+        extra={"choices": ["demos", "implied", "reward"]},
+    ),
     "cosine": Opt("the cone search's cosine of each candidate to the start z", float),
     "demos": Opt("demonstrations file from `rbfm demos`"),
     "device": Opt("torch device, e.g. cpu or cuda:1 (default: cuda if available, else cpu)"),
@@ -69,7 +72,6 @@ OPTIONS: dict[str, Opt] = {
     "log_every": Opt("updates between log lines", int),
     "method": Opt("FB task inference (fbil, rbfm-light, rbfm-heavy) or a baseline"),
     "num_demos": Opt("demonstration episodes drawn per seed", int),
-    "oracle": Opt("choose by the task's return: an upper bound for reports, not a method"),
     "out": Opt("where to write"),
     "path": Opt("a buffer directory or any directory above it", positional=True),
     "perturbation": Opt("perturbation family (default: nominal dynamics)"),

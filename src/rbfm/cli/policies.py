@@ -101,7 +101,7 @@ def infer(args: argparse.Namespace) -> None:
     "adapt",
     "adapt a task vector to the environment it meets, from a few reward-free episodes",
     "Moves z so that its episodes' states match the demonstrations' in the model's B space; "
-    "never reads a reward (but with --oracle). docs/inference.md.",
+    "never reads a reward (but with --criterion reward). docs/inference.md.",
     config=AdaptConfig,
     checkpoint=REQUIRED,
     demos=REQUIRED,
@@ -111,7 +111,6 @@ def infer(args: argparse.Namespace) -> None:
     episodes=Use(AdaptConfig.budget, "episode budget"),
     num_demos=4,
     seed=Use(0, "which demos are drawn; adaptation seed"),
-    oracle=False,
     device=None,
     out=Use(REQUIRED, "adapted task-vector file (.json)"),
 )
@@ -120,8 +119,7 @@ def adapt(args: argparse.Namespace) -> None:
     from rbfm.policy_files import adapt_to_file
 
     checks.out_file(args.out)
-    criterion = "reward" if args.oracle else "demos"
-    cfg = from_args(AdaptConfig, args, budget=args.episodes, criterion=criterion)
+    cfg = from_args(AdaptConfig, args, budget=args.episodes)
     demos = load_demos(args.demos).sample(args.num_demos, args.seed)
     print(adapt_to_file(
         args.checkpoint, args.z, demos, args.perturbation, args.level, cfg, args.seed, args.out,

@@ -287,6 +287,7 @@ class AdaptOutput:
     cell: str
     candidates: list[list[float]]
     distances: list[float]
+    implied: list[float]
     returns: list[float]
     best: list[int]
     unstable: int
@@ -320,6 +321,7 @@ def run_adapt(job: AdaptJob) -> list[AdaptOutput]:
             t.cell,
             [c.tolist() for c in r.candidates],
             r.distances,
+            r.implied,
             r.returns,
             r.best,
             r.unstable,

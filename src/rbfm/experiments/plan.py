@@ -112,7 +112,7 @@ class AdaptCell:
     family: str
     level: float | None
     config: dict[str, Any]
-    label: str  # "adapt" or "oracle"
+    label: str  # AdaptEntry.label: "adapt", "implied", "oracle", with "-cone" for that search
 
 
 @dataclass(frozen=True)

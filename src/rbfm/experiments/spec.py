@@ -67,7 +67,8 @@ class MethodEntry:
 class AdaptEntry:
     """Reward-free adaptation (`rbfm.inference.adapt`) of FB task vectors in each
     evaluated environment; each budget in `evaluate` is evaluated like a task vector and
-    named `adapt-kK` (`oracle-kK` for the reward oracle) in the results' variant."""
+    named `adapt-kK` (`implied-kK` for the implied-reward criterion, `oracle-kK` for the
+    reward oracle) in the results' variant."""
 
     budget: int = 10
     evaluate: tuple[int, ...] = (2, 5, 10)
@@ -79,7 +80,7 @@ class AdaptEntry:
 
     @property
     def label(self) -> str:
-        kind = "oracle" if self.criterion == "reward" else "adapt"
+        kind = {"demos": "adapt", "implied": "implied", "reward": "oracle"}[self.criterion]
         return kind if self.search == "line" else f"{kind}-{self.search}"
 
 
@@ -428,7 +429,9 @@ PRESETS: dict[str, ExperimentSpec] = {
     # Its FB-IL slice per domain, on the `cpu`-sized nominal comparison model of the
     # dynamics-diverse models (walker, cheetah:rnd-v1, quadruped:rnd-v2), at nominal and the
     # two strongest levels (what the goal reads). Same adaptation settings everywhere;
-    # `adapt-cone-*`: the same slices with the cone search (AdaptConfig.search).
+    # `adapt-cone-*`: the same slices with the cone search (AdaptConfig.search), whose
+    # candidates do not depend on the criterion, so it also chooses among the same
+    # candidates by the start z's implied reward (criterion "implied").
     **{
         f"{name}-{domain}": ExperimentSpec(
             name=f"{name}-{domain}",
@@ -441,10 +444,13 @@ PRESETS: dict[str, ExperimentSpec] = {
                 ),
             ),
             methods=(MethodEntry("fbil"),),
-            adapt=tuple(dataclasses.replace(a, methods=("fbil",), search=search) for a in ADAPT),
+            adapt=tuple(dataclasses.replace(a, methods=("fbil",), search=search) for a in entries),
             **{**CPU_GRID, "experts": ("noisy",)},
         )
-        for name, search in (("adapt-fbil", "line"), ("adapt-cone", "cone"))
+        for name, search, entries in (
+            ("adapt-fbil", "line", ADAPT),
+            ("adapt-cone", "cone", (*ADAPT, AdaptEntry(criterion="implied"))),
+        )
         for domain, (label, checkpoint) in ADAPT_SLICE_MODELS.items()
     },
     # The paper's grid (Section 4) at its scale: the paper's models, the FB methods at their

@@ -109,7 +109,14 @@ class _Style:
 # Drawing helpers
 
 
-_ADAPT_COLOURS = {"adapt": "C6", "oracle": "C7", "adapt-cone": "C8", "oracle-cone": "C9"}
+_ADAPT_COLOURS = {
+    "adapt": "C6",
+    "oracle": "C7",
+    "adapt-cone": "C8",
+    "oracle-cone": "C9",
+    "implied": "tab:olive",
+    "implied-cone": "darkgoldenrod",
+}
 
 
 def _adaptation(variant: str) -> str | None:
