@@ -195,6 +195,28 @@ def _ends(levels: tuple[float, ...]) -> tuple[float, ...]:
     return (levels[0], *levels[-2:])
 
 
+def _adapt_slice(
+    name: str, domain: str, label: str, checkpoint: str, search: str
+) -> ExperimentSpec:
+    """FB-IL adapted on one model at nominal and the two strongest levels, noisy expert;
+    the cone search also chooses among its candidates by the implied reward."""
+    entries = ADAPT if search == "line" else (*ADAPT, AdaptEntry(criterion="implied"))
+    return ExperimentSpec(
+        name=name,
+        models=(
+            ModelEntry(
+                domain,
+                label,
+                checkpoint=checkpoint,
+                levels={f: _ends(get_perturbation(domain, f).levels) for f in families(domain)},
+            ),
+        ),
+        methods=(MethodEntry("fbil"),),
+        adapt=tuple(dataclasses.replace(a, methods=("fbil",), search=search) for a in entries),
+        **{**CPU_GRID, "experts": ("noisy",)},
+    )
+
+
 def _grid(name: str, models: tuple[ModelEntry, ...]) -> ExperimentSpec:
     """The grid on some of the paper's models: FB methods at their defaults, RBFM-Light and
     RBFM-Heavy also at the paper's settings on RND data, and the baselines on walker body
@@ -433,26 +455,15 @@ PRESETS: dict[str, ExperimentSpec] = {
     # candidates do not depend on the criterion, so it also chooses among the same
     # candidates by the start z's implied reward (criterion "implied").
     **{
-        f"{name}-{domain}": ExperimentSpec(
-            name=f"{name}-{domain}",
-            models=(
-                ModelEntry(
-                    domain,
-                    label,
-                    checkpoint=checkpoint,
-                    levels={f: _ends(get_perturbation(domain, f).levels) for f in families(domain)},
-                ),
-            ),
-            methods=(MethodEntry("fbil"),),
-            adapt=tuple(dataclasses.replace(a, methods=("fbil",), search=search) for a in entries),
-            **{**CPU_GRID, "experts": ("noisy",)},
-        )
-        for name, search, entries in (
-            ("adapt-fbil", "line", ADAPT),
-            ("adapt-cone", "cone", (*ADAPT, AdaptEntry(criterion="implied"))),
-        )
-        for domain, (label, checkpoint) in ADAPT_SLICE_MODELS.items()
+        f"{name}-{domain}": _adapt_slice(f"{name}-{domain}", domain, *model, search)
+        for name, search in (("adapt-fbil", "line"), ("adapt-cone", "cone"))
+        for domain, model in ADAPT_SLICE_MODELS.items()
     },
+    # The cone slice on cheetah's dynamics-diverse context model, its own noisy expert:
+    # adaptation on a model that has seen several physics and reads the recent history.
+    "adapt-cone-cheetah-rand-ctx": _adapt_slice(
+        "adapt-cone-cheetah-rand-ctx", "cheetah", "rnd-rand-ctx", "cheetah:rnd-rand-ctx", "cone"
+    ),
     # The paper's grid (Section 4) at its scale: the paper's models, the FB methods at their
     # default settings, the baselines at their paper presets, 100 episodes per level, FB
     # inference in float32, both expert sources.
