@@ -49,6 +49,10 @@ def test_every_method_has_one_call_and_its_result_saves_loads_and_evaluates(
         np.testing.assert_array_equal(a, b)
     adapted = rbfm.adapt(fbil, demos, "joint_friction", 10.0, episodes=2)
     assert torch.allclose(adapted.z.norm(), fbil.z.norm())  # type: ignore[union-attr]
+    implied = rbfm.adapt(fbil, demos, "joint_friction", 10.0, episodes=2, criterion="implied")
+    assert implied.info is not None and implied.info["adapted"]["criterion"] == "implied"
+    with pytest.raises(ConfigError, match="the reward oracle is for reports"):
+        rbfm.adapt(fbil, demos, "joint_friction", 10.0, episodes=2, criterion="reward")
 
 
 def test_the_api_refuses_what_it_cannot_use(model: rbfm.Model) -> None:

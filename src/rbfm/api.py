@@ -147,25 +147,33 @@ def adapt(
     episodes: int = 10,
     seed: int = 0,
     search: str = "line",
+    criterion: str = "demos",
 ) -> Imitation:
     """An FB imitation's z adapted with `episodes` reward-free episodes in the environment
-    it meets (`rbfm.inference.adapt`: its states matched to the demonstrations' in B's
-    space; `search` "line" or "cone")."""
+    it meets (`rbfm.inference.adapt`; `search` "line" or "cone"; `criterion` "demos": its
+    states matched to the demonstrations' in B's space, "implied": the most of its z's
+    reward B(s)^T z)."""
     from rbfm.inference.adapt import AdaptConfig
     from rbfm.inference.adapt import adapt as adapt_z
 
     if imitation.z is None or imitation.model is None:
         raise ConfigError(f"adapt: {imitation.method} is a policy network; only task vectors adapt")
+    if criterion not in ("demos", "implied"):
+        raise ConfigError(
+            f"adapt: criterion {criterion!r} (valid: demos, implied; the reward oracle is for "
+            "reports: rbfm.inference.adapt)"
+        )
     env = EnvSpec(imitation.domain, imitation.task, perturbation, level).checked()
     res = adapt_z(
         imitation.model.fb,
         demos,
         imitation.z,
         env,
-        AdaptConfig(budget=episodes, search=search),
+        AdaptConfig(budget=episodes, search=search, criterion=criterion),
         seed,
     )
-    info = (imitation.info or {}) | {"adapted": {"episodes": res.episodes, "level": level}}
+    adapted = {"episodes": res.episodes, "level": level, "criterion": criterion}
+    info = (imitation.info or {}) | {"adapted": adapted}
     return Imitation(
         imitation.method,
         imitation.domain,
