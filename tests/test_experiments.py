@@ -725,6 +725,10 @@ def test_adaptation_is_an_axis_of_cells_evaluated_at_each_budget(
     adapted = [r for r in rows if r.variant == "adapt-k2"]
     assert all((tmp_path / r.policy).exists() for r in adapted)
     assert (tmp_path / "adaptations.csv").read_text().count("\n") == 5
+    with open(tmp_path / "adaptations.csv") as f:
+        costs = list(csv.DictReader(f))
+    # The oracle chooses the candidate with the best return on its own episodes.
+    assert all(r["return_chosen"] == r["return_best"] for r in costs if r["adaptation"] == "oracle")
     again = run_experiment(spec, tmp_path, LocalExecutor(0), progress=False)
     assert sum(again.computed.values()) == 0
     with pytest.raises(ConfigError, match=r"adapt\[0\].evaluate: 3"):

@@ -727,10 +727,33 @@ def collect_rows(store: Store, p: Plan) -> list[ResultRow]:
     return rows
 
 
+def _agreement(rec: dict[str, Any]) -> dict[str, object]:
+    """How an adaptation's candidates fared on its own episodes: the start's, the chosen
+    one's and the best one's return, and how well each reward-free criterion ranks the
+    candidates by return (Spearman; blank where undefined or not recorded)."""
+    from scipy.stats import spearmanr
+
+    returns = np.asarray(rec["returns"])
+
+    def rank(score: list[float] | None) -> object:
+        if score is None or len(returns) < 3 or np.ptp(returns) == 0 or np.ptp(score) == 0:
+            return ""
+        return round(float(spearmanr(score, returns).statistic), 4)
+
+    return {
+        "return_start": returns[0],
+        "return_chosen": returns[rec["best"][-1]],
+        "return_best": returns.max(),
+        "spearman_distance": rank([-d for d in rec["distances"]]),
+        "spearman_implied": rank(rec.get("implied")),
+    }
+
+
 def write_adaptations(store: Store, p: Plan) -> Path:
     """adaptations.csv: per finished adaptation, what it cost (episodes, seconds per
-    problem in its batch) and the B distance to the demonstrations at its start z and
-    at its answer after the whole budget."""
+    problem in its batch), the B distance to the demonstrations at its start z and at its
+    answer after the whole budget, and its candidates' returns on its own episodes
+    (`_agreement`)."""
     rows: list[dict[str, object]] = []
     for a in p.adapts:
         path = store.adapt_record(a)
@@ -753,6 +776,7 @@ def write_adaptations(store: Store, p: Plan) -> Path:
                 "unstable": rec["unstable"],
                 "distance_start": rec["distances"][0],
                 "distance_chosen": rec["distances"][rec["best"][-1]],
+                **_agreement(rec),
                 "cell": a.id,
             }
         )
