@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -229,3 +230,26 @@ def test_the_command_line_is_thin_and_declares_each_option_once() -> None:
             option = action.dest
             assert option in OPTIONS, f"{name}: {option} is not in the table"
             assert action.help, f"{name} --{option} has no help"
+
+
+def test_adapt_writes_the_chosen_z_and_says_how_it_chose(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = ["--checkpoint", "cheetah:rnd-v1"]
+    demos, z = str(tmp_path / "demos.npz"), str(tmp_path / "z.json")
+    assert main(["demos", *model, "--task", "run", "--episodes", "1", "--out", demos]) == 0
+    infer = ["infer", *model, "--demos", demos, "--method", "fbil", "--steps", "5"]
+    assert main([*infer, "--num-demos", "1", "--out", z]) == 0
+    adapt = ["adapt", *model, "--demos", demos, "--z", z, "--num-demos", "1"]
+    adapt += ["--perturbation", "joint_friction", "--level", "15", "--episodes", "2"]
+    out = str(tmp_path / "adapted.json")
+    assert main([*adapt, "--criterion", "implied", "--search", "cone", "--out", out]) == 0
+    said = capsys.readouterr().out.strip().splitlines()[-1]
+    assert said.startswith(f"implied-k2: z written to {out}") and "implied reward" in said
+    record = json.loads(Path(out).read_text())
+    assert record["method"] == "fbil+implied-k2"
+    assert record["adaptation"]["criterion"] == "implied"
+    assert len(record["adaptation"]["implied"]) == 2
+    assert main([*adapt, "--episodes", "0", "--out", str(tmp_path / "none.json")]) == 2
+    assert "budget: 0 episodes" in capsys.readouterr().err
+    assert not (tmp_path / "none.json").exists()

@@ -196,8 +196,9 @@ def adapt_to_file(
     where = "nominal" if env.level is None else f"{env.perturbation}={env.level:g}"
     return (
         f"{label}: z written to {out} ({res.episodes} episodes in {where}, {res.seconds:.1f} "
-        f"s); B distance to the demonstrations {res.distances[0]:.3f} at the start z, "
-        f"{min(res.distances):.3f} at the chosen one (candidate {res.best[-1]})"
+        f"s); candidate {res.best[-1]} chosen; B distance to the demonstrations "
+        f"{res.distances[0]:.3f} at the start z, {res.distances[res.best[-1]]:.3f} at the "
+        f"chosen one; implied reward {res.implied[0]:.3f} and {res.implied[res.best[-1]]:.3f}"
     )
 
 
