@@ -21,6 +21,7 @@ from rbfm.errors import ConfigError
 from rbfm.experiments import LocalExecutor, from_dict, plan, read_table, run_experiment
 from rbfm.experiments.certificate import heavy_certificates, tv_certificates
 from rbfm.experiments.plan import Plan
+from rbfm.experiments.runner import Store
 from rbfm.experiments.spec import PRESETS
 from rbfm.fb import fb_config
 from rbfm.fb.checkpoint import read_meta, save_checkpoint
@@ -718,10 +719,15 @@ def test_adaptation_is_an_axis_of_cells_evaluated_at_each_budget(
     rows = read_table(tmp_path / "results.csv")
     variants = sorted({r.variant for r in rows if r.method == "fbil"})
     assert variants == ["", "adapt-k1", "adapt-k2", "oracle-k2"]
-    # A budget of one episode is the start z itself: the same returns as FB-IL's.
+    # A budget of one episode is the start z itself: FB-IL's evaluation, reused, not
+    # recomputed; so is any budget whose search kept its start.
     by = {(r.variant, r.level): r.mean for r in rows if r.method == "fbil"}
     for level in {r.level for r in rows}:
         assert by["adapt-k1", level] == by["", level]
+    k1 = [e for e in p.evals if e.variant == "adapt-k1"]
+    store = Store(tmp_path)
+    assert all("same_as" in json.loads(store.eval_record(e).read_text()) for e in k1)
+    assert len(k1) <= run.computed["reused"] < len(k1) + 2 * (2 + 1)
     adapted = [r for r in rows if r.variant == "adapt-k2"]
     assert all((tmp_path / r.policy).exists() for r in adapted)
     assert (tmp_path / "adaptations.csv").read_text().count("\n") == 5

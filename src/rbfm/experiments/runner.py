@@ -228,6 +228,7 @@ class _Run:
     store: Store
     batch: int  # episodes per evaluation job, per round of an adaptation job
     parallel: int  # jobs the executor runs at once
+    plan: Plan
     loaded: dict[str, Demos] = field(default_factory=dict)
 
     def drawn(self, cell: InferCell) -> Demos:
@@ -526,6 +527,37 @@ def _save_eval(run: _Run, cells: list[EvalCell], outputs: list[EvalOutput]) -> N
         )
 
 
+def _reuse_starts(run: _Run, p: Plan, todo: list[EvalCell]) -> list[EvalCell]:
+    """An adapted task vector that is still its search's start z (the search kept it at
+    that budget) is the inferred z's policy on the same initial states: its evaluation
+    is the plain cell's, stored again under its own row with `same_as`, not recomputed.
+    Returns the cells that still need an evaluation."""
+    store = run.store
+    plain = {
+        (e.infer.id, e.family, e.level, e.episodes, e.eval_seed): e
+        for e in p.evals
+        if e.adapt is None
+    }
+    rest = []
+    for cell in todo:
+        a, k = cell.adapt, cell.budget
+        twin = plain.get((cell.infer.id, cell.family, cell.level, cell.episodes, cell.eval_seed))
+        if a is None or k is None or twin is None or not store.eval_record(twin).exists():
+            rest.append(cell)
+            continue
+        if store.read(store.adapt_record(a))["best"][k // a.config["states"] - 1] != 0:
+            rest.append(cell)
+            continue
+        source = store.read(store.eval_record(twin))
+        returns = np.asarray(source["returns"])
+        row = _result_row(store, cell, returns, int(source["row"]["unstable"]))
+        _write_json(
+            store.eval_record(cell),
+            {"row": dataclasses.asdict(row), "returns": returns.tolist(), "same_as": twin.id},
+        )
+    return rest
+
+
 def _ceiling_job(run: _Run, cells: list[CeilingCell]) -> EvalJob:
     return EvalJob(_checkpoint(cells[0]), [_ceiling_entry(c) for c in cells])
 
@@ -576,6 +608,9 @@ class _Stage(Generic[CellT, J, R]):
     save: Callable[[_Run, list[CellT], R], None]
     pack: Callable[[list[CellT], int, int], list[list[CellT]]] | None = None
     optional: bool = False  # in RunSummary.computed only when the plan has such cells
+    # Settles what it can without a job once the stages before have run (counted under
+    # "reused"); returns the cells still to compute.
+    prepare: Callable[[_Run, Plan, list[CellT]], list[CellT]] | None = None
 
     def todo(self, store: Store, p: Plan) -> list[CellT]:
         return [c for c in self.cells(p) if not self.record(store, c).exists()]
@@ -615,12 +650,25 @@ _STAGES: tuple[_Stage[Any, Any, Any], ...] = (
     _Stage(
         key="eval",
         name="evaluation",
-        cells=lambda p: p.evals,
+        cells=lambda p: [e for e in p.evals if e.adapt is None],
         record=Store.eval_record,
         job=_eval_job,
         run=run_eval,
         save=_save_eval,
         pack=_pack,
+    ),
+    # After the plain ones: an adapted z that is still its search's start reuses them.
+    _Stage(
+        key="eval",
+        name="evaluation",
+        cells=lambda p: [e for e in p.evals if e.adapt is not None],
+        record=Store.eval_record,
+        job=_eval_job,
+        run=run_eval,
+        save=_save_eval,
+        pack=_pack,
+        optional=True,
+        prepare=_reuse_starts,
     ),
     _Stage(
         key="ceiling",
@@ -654,12 +702,19 @@ def _run_stage(
     computed: dict[str, int],
 ) -> None:
     """Runs a stage's unfinished cells, storing each job's result as it finishes."""
+    bar.stage(stage.name)
+    if stage.prepare is not None and todo:
+        rest = stage.prepare(run, run.plan, todo)
+        left = {c.id for c in rest}
+        settled = [c.id for c in todo if c.id not in left]
+        computed["reused"] += len(settled)
+        bar.update(settled)
+        todo = rest
     if stage.pack is None:
         batches = [[c] for c in todo]
     else:
         batches = stage.pack(todo, run.batch, run.parallel)
     jobs = [stage.job(run, cells) for cells in batches]
-    bar.stage(stage.name)
     for i, result in executor.map_unordered(stage.run, jobs):
         stage.save(run, batches[i], result)
         computed[stage.key] += len(batches[i])
@@ -682,19 +737,20 @@ def run_experiment(
     for sub in ("demos", "policies"):
         (store.root / sub).mkdir(parents=True, exist_ok=True)
     _write_json(store.root / "spec.json", {"spec": dataclasses.asdict(spec)})
-    todo = {s.key: s.todo(store, p) for s in _STAGES}
-    skipped = p.total - sum(len(rest) for rest in todo.values())
+    todo = [s.todo(store, p) for s in _STAGES]
+    skipped = p.total - sum(len(rest) for rest in todo)
     actor = {ck: _actor_params(ck) for ck in {d.model.checkpoint for d in p.demos}}
     cells: list[Cell] = [c for s in _STAGES for c in s.cells(p)]
     costs = {c.id: cell_cost(c, actor) for c in cells}
-    unfinished = {c.id for rest in todo.values() for c in rest}
+    unfinished = {c.id for rest in todo for c in rest}
     bar = _Progress(costs, {c.id for c in cells} - unfinished, progress)
     computed = {s.key: 0 for s in _STAGES if not s.optional}
     computed |= {s.key: 0 for s in _STAGES if s.optional and s.cells(p)}
-    run = _Run(store, eval_batch, executor.parallel)
+    computed |= {"reused": 0} if p.adapts else {}
+    run = _Run(store, eval_batch, executor.parallel, p)
     try:
-        for s in _STAGES:
-            _run_stage(s, todo[s.key], run, executor, bar, computed)
+        for s, rest in zip(_STAGES, todo, strict=True):
+            _run_stage(s, rest, run, executor, bar, computed)
     finally:
         bar.close()
         executor.close()
