@@ -30,7 +30,7 @@ from rbfm.evaluation.sweep import SweepRow, sweep
 from rbfm.fb.checkpoint import load_checkpoint, read_meta
 from rbfm.fb.model import FBModel
 from rbfm.inference import InferenceResult, infer, method_config
-from rbfm.inference.adapt import AdaptConfig, adapt
+from rbfm.inference.adapt import CRITERION_LABELS, AdaptConfig, adapt
 from rbfm.methods import NAMES, display_label, get_method
 
 
@@ -177,8 +177,7 @@ def adapt_to_file(
     z, info = load_z(z_file)
     check_z(z_file, z, info, model_meta)
     res = adapt(model, demos, z, env, cfg, seed=seed, progress=True)
-    kind = {"demos": "adapt", "implied": "implied", "reward": "oracle"}[cfg.criterion]
-    label = f"{kind}-k{res.episodes}"
+    label = f"{CRITERION_LABELS[cfg.criterion]}-k{res.episodes}"
     record = {
         "criterion": cfg.criterion,
         "episodes": res.episodes,

@@ -313,6 +313,11 @@ def _stored_policy(store: Store, inf: InferCell) -> tuple[list[float] | None, Ba
     return json.loads(path.read_text())["z"], None
 
 
+def _chosen(rec: dict[str, Any], a: AdaptCell, episodes: int) -> int:
+    """The candidate an adaptation record answers with after `episodes` episodes."""
+    return int(rec["best"][episodes // a.config["states"] - 1])
+
+
 def _adapted_z(store: Store, cell: EvalCell) -> tuple[list[float], Path]:
     """An adapted task vector: the search's best candidate after `cell.budget` episodes,
     written as a task-vector file beside the inference's (once)."""
@@ -321,7 +326,7 @@ def _adapted_z(store: Store, cell: EvalCell) -> tuple[list[float], Path]:
     a, k = cell.adapt, cell.budget
     assert a is not None and k is not None
     rec = store.read(store.adapt_record(a))
-    z = rec["candidates"][rec["best"][k // a.config["states"] - 1]]
+    z = rec["candidates"][_chosen(rec, a, k)]
     path = store.adapted_policy(a, k)
     if not path.exists():
         source = json.loads(
@@ -545,7 +550,7 @@ def _reuse_starts(run: _Run, p: Plan, todo: list[EvalCell]) -> list[EvalCell]:
         if a is None or k is None or twin is None or not store.eval_record(twin).exists():
             rest.append(cell)
             continue
-        if store.read(store.adapt_record(a))["best"][k // a.config["states"] - 1] != 0:
+        if _chosen(store.read(store.adapt_record(a)), a, k) != 0:
             rest.append(cell)
             continue
         source = store.read(store.eval_record(twin))
@@ -616,6 +621,17 @@ class _Stage(Generic[CellT, J, R]):
         return [c for c in self.cells(p) if not self.record(store, c).exists()]
 
 
+_PLAIN_EVAL: _Stage[EvalCell, EvalJob, list[EvalOutput]] = _Stage(
+    key="eval",
+    name="evaluation",
+    cells=lambda p: [e for e in p.evals if e.adapt is None],
+    record=Store.eval_record,
+    job=_eval_job,
+    run=run_eval,
+    save=_save_eval,
+    pack=_pack,
+)
+
 # In order: each stage's jobs are built from the outputs of those before it.
 _STAGES: tuple[_Stage[Any, Any, Any], ...] = (
     _Stage(
@@ -647,26 +663,11 @@ _STAGES: tuple[_Stage[Any, Any, Any], ...] = (
         pack=_pack_adapt,
         optional=True,
     ),
-    _Stage(
-        key="eval",
-        name="evaluation",
-        cells=lambda p: [e for e in p.evals if e.adapt is None],
-        record=Store.eval_record,
-        job=_eval_job,
-        run=run_eval,
-        save=_save_eval,
-        pack=_pack,
-    ),
+    _PLAIN_EVAL,
     # After the plain ones: an adapted z that is still its search's start reuses them.
-    _Stage(
-        key="eval",
-        name="evaluation",
+    dataclasses.replace(
+        _PLAIN_EVAL,
         cells=lambda p: [e for e in p.evals if e.adapt is not None],
-        record=Store.eval_record,
-        job=_eval_job,
-        run=run_eval,
-        save=_save_eval,
-        pack=_pack,
         optional=True,
         prepare=_reuse_starts,
     ),

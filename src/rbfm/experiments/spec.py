@@ -80,7 +80,9 @@ class AdaptEntry:
 
     @property
     def label(self) -> str:
-        kind = {"demos": "adapt", "implied": "implied", "reward": "oracle"}[self.criterion]
+        from rbfm.inference.adapt import CRITERION_LABELS
+
+        kind = CRITERION_LABELS[self.criterion]
         return kind if self.search == "line" else f"{kind}-{self.search}"
 
 

@@ -66,7 +66,9 @@ from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
 from rbfm.inference.demos import demo_embedding
 
-CRITERIA = ("demos", "implied", "reward")
+# Each criterion's name in results and task-vector files (`adapt-k5`, `oracle-k5`, ...).
+CRITERION_LABELS = {"demos": "adapt", "implied": "implied", "reward": "oracle"}
+CRITERIA = tuple(CRITERION_LABELS)
 SEARCHES = ("line", "cone")
 # Adaptation episode k of seed s starts from initial state (s, ADAPT_SEED_OFFSET + k);
 # evaluation uses (s, k) with k < its episode count, far below this.
