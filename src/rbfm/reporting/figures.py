@@ -262,7 +262,18 @@ def _note_coinciding(ax: Axes, drawn: list[tuple[str, np.ndarray, np.ndarray]]) 
                 break
     if groups:
         text = "; ".join(" and ".join(g) + " coincide" for g in groups)
-        ax.text(0.02, 0.02, text, transform=ax.transAxes, fontsize=6, color="0.25", va="bottom")
+        # Wrapped to the panel and kept out of the layout: a long note must not shrink
+        # the panel it annotates (constrained layout would make room for it).
+        note = ax.text(
+            0.02,
+            0.02,
+            "\n".join(textwrap.wrap(text, 60)),
+            transform=ax.transAxes,
+            fontsize=6,
+            color="0.25",
+            va="bottom",
+        )
+        note.set_in_layout(False)
 
 
 def _shared_legend(
