@@ -14,7 +14,7 @@ from rbfm.data.exorl import KEYS, parse_name, read_episode
 from rbfm.data.resimulate import Collection, regenerate
 from rbfm.envs import get_domain, get_perturbation, make_env
 from rbfm.envs.dynamics import DynamicsDistribution, dynamics_of_vector, dynamics_vector
-from rbfm.errors import ConfigError
+from rbfm.errors import ConfigError, DatasetError
 from rbfm.exploration import CollectConfig, collect
 
 
@@ -107,3 +107,37 @@ def test_a_buffer_mixing_diverse_and_nominal_episodes_is_refused(tmp_path: Path)
         f.rename(diverse / f.name.replace("_0_", "_1_"))
     with pytest.raises(Exception, match="mixes collections"):
         load_dataset(diverse)
+
+
+def test_a_diverse_collection_packs_and_unpacks_with_its_physics(tmp_path: Path) -> None:
+    from rbfm.data.pack import pack_episodes, unpack_episodes
+
+    buffer = collect(_cfg(tmp_path / "src", 3000), progress=False)
+    record = json.loads((buffer.parent / "collect.json").read_text())
+    assert Collection.of_record(record, buffer).levels == tuple(
+        tuple(row) for row in record["episode_dynamics"]["levels"]
+    )
+    episodes = _episodes(buffer)
+    assert any(ep["dynamics"].any() for ep in episodes.values())  # a perturbed one
+    # Replayed: every episode regenerated under its own physics, bitwise, dynamics too.
+    pack_episodes(buffer, tmp_path / "r.xz", replay=True)
+    out = unpack_episodes(tmp_path / "r.xz", tmp_path / "replayed")
+    assert (out.episodes, out.reproduced, out.differing) == (3, 3, ())
+    # Whole episodes: the dynamics travel as a key of their own.
+    pack_episodes(buffer, tmp_path / "e.xz", half=["observation"])
+    unpack_episodes(tmp_path / "e.xz", tmp_path / "whole")
+    for root in ("replayed", "whole"):
+        got = _episodes(tmp_path / root / "walker" / "random" / "buffer")
+        for k, ep in episodes.items():
+            np.testing.assert_array_equal(got[k]["dynamics"], ep["dynamics"])
+            np.testing.assert_array_equal(got[k]["physics"], ep["physics"])
+    # A record that does not list an episode's physics cannot regenerate it.
+    record["episode_dynamics"]["levels"] = record["episode_dynamics"]["levels"][:1]
+    (buffer.parent / "collect.json").write_text(json.dumps(record))
+    with pytest.raises(DatasetError, match="lists dynamics for episodes 0-0 only"):
+        pack_episodes(buffer, tmp_path / "r2.xz", replay=True)
+    del record["episode_dynamics"]
+    (buffer.parent / "collect.json").write_text(json.dumps(record))
+    with pytest.raises(DatasetError, match="does not list each episode's levels"):
+        pack_episodes(buffer, tmp_path / "r2.xz", replay=True)
+    assert not (tmp_path / "r2.xz").exists()

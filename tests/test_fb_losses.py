@@ -449,21 +449,26 @@ def test_a_cuda_graph_is_refused_where_it_cannot_run() -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
-@pytest.mark.parametrize("bf16", [False, True])
-def test_a_cuda_graph_update_trains_the_same_model(bf16: bool) -> None:
+@pytest.mark.parametrize(("bf16", "context"), [(False, 0), (True, 0), (True, 2)])
+def test_a_cuda_graph_update_trains_the_same_model(bf16: bool, context: int) -> None:
     """Replaying the captured update computes what the eager one does: fresh random
     numbers each replay (the generator registered with the graph), the cosine schedule's
-    rate read each replay, both optimizers and the Polyak step inside the graph."""
+    rate read each replay, both optimizers and the Polyak step inside the graph; with a
+    context, the windows and the bare next state are graph inputs too."""
     from rbfm.fb import FBModel, FBTrainer, fb_config
     from rbfm.fb.model import GRAPH_WARMUP
 
-    cfg = fb_config("tiny", conservative_coef=0.5, lr_end=0.0, steps=12, bf16=bf16)
+    cfg = fb_config("tiny", conservative_coef=0.5, lr_end=0.0, steps=12, bf16=bf16, context=context)
     eager, graphed = (
         FBTrainer(FBModel(17, 6, cfg).to("cuda"), seed=0, cuda_graph=g) for g in (False, True)
     )
     graphed.model.load_state_dict(eager.model.state_dict())
+    width = eager.model.input_dim
     for i in range(GRAPH_WARMUP + 6):
-        batch = {k: v.cuda() for k, v in _batch(i).items()}
+        batch = _batch(i, obs_dim=width)
+        if context:
+            batch["next_state"] = batch["next_observation"][:, :17].clone()
+        batch = {k: v.cuda() for k, v in batch.items()}
         a, b = eager.update(batch), graphed.update(batch)
         for k in a:
             torch.testing.assert_close(b[k], a[k], rtol=1e-3, atol=1e-4, msg=f"{k} at {i}")

@@ -37,7 +37,7 @@ DTYPES = {
 OPTIONAL_KEYS = ("dynamics",)
 
 
-def _present(keys: Container[str]) -> list[str]:
+def episode_keys(keys: Container[str]) -> list[str]:
     """The required keys and the optional ones among `keys` (an episode's or a file's)."""
     return [*KEYS, *(k for k in OPTIONAL_KEYS if k in keys)]
 
@@ -77,7 +77,7 @@ def write_episode(directory: Path, index: int, episode: Mapping[str, np.ndarray]
 def save_episode(final: Path, episode: Mapping[str, np.ndarray]) -> Path:
     """Writes one episode atomically under the given file name."""
     buf = io.BytesIO()
-    arrays = {k: np.asarray(episode[k], DTYPES[k]) for k in _present(episode)}
+    arrays = {k: np.asarray(episode[k], DTYPES[k]) for k in episode_keys(episode)}
     np.savez_compressed(buf, **arrays)  # type: ignore[arg-type]
 
     def write(tmp: Path) -> None:
@@ -98,7 +98,7 @@ def read_episode(path: Path, domain: DomainSpec) -> Episode:
             missing = [k for k in KEYS if k not in npz.files]
             if missing:
                 raise DatasetError(f"{path}: missing keys {missing} (has {sorted(npz.files)})")
-            episode = {k: np.asarray(npz[k]) for k in _present(npz.files)}
+            episode = {k: np.asarray(npz[k]) for k in episode_keys(npz.files)}
     except DatasetError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e:
@@ -121,7 +121,7 @@ def key_widths(domain: DomainSpec) -> dict[str, int]:
 
 def validate_episode(episode: Mapping[str, np.ndarray], domain: DomainSpec, where: str) -> None:
     """Checks row counts, widths against the domain, and finiteness."""
-    present = _present(episode)
+    present = episode_keys(episode)
     rows = {k: len(episode[k]) for k in present}
     if len(set(rows.values())) != 1:
         raise DatasetError(f"{where}: keys have different row counts {rows}")

@@ -38,7 +38,9 @@ from rbfm.data.dataset import find_buffer, infer_domain, read_episodes
 from rbfm.data.exorl import (
     DTYPES,
     KEYS,
+    OPTIONAL_KEYS,
     episode_files,
+    episode_keys,
     key_widths,
     parse_name,
     save_episode,
@@ -56,7 +58,9 @@ from rbfm.envs import get_domain
 from rbfm.errors import ConfigError, DatasetError
 
 FORMAT = "rbfm-episodes"
-VERSION = 2  # 2 added mode "replay"; version-1 files are mode "episodes"
+# 2 added mode "replay" (version-1 files are mode "episodes"); 3 the optional key `dynamics`,
+# which a version-2 reader would drop without a word
+VERSION = 3
 HALF_KEYS = ("observation", "physics")
 _FLOAT16_MAX = float(np.finfo(np.float16).max)
 
@@ -152,6 +156,17 @@ def _check_replay(
                 f"{f}: its reset state is not the one collection seed {collection.seed} draws "
                 f"for episode {index}; pack it without --replay"
             )
+        listed = None if collection.levels is None else collection.levels[index]
+        stored = ep["dynamics"][0] if "dynamics" in ep else None
+        if listed is None or stored is None:
+            same = listed is None and stored is None
+        else:
+            same = np.array_equal(stored, listed)
+        if not same:
+            raise DatasetError(
+                f"{f}: its dynamics {stored} are not those the collection's record lists for "
+                f"episode {index} ({listed}); pack it without --replay"
+            )
     got = regenerate(collection, env, indices[0], episodes[0]["action"])
     if digests(got) != digests(episodes[0]):
         gap = float(np.abs(got["physics"] - episodes[0]["physics"]).max())
@@ -197,10 +212,18 @@ def pack_episodes(
         "names": [f.name for f in chosen],
         "rows": rows,
     }
-    keys: tuple[str, ...] = KEYS
+    keys = tuple(episode_keys(episodes[0]))
     if collection is None:
-        dtypes = {k: np.dtype(np.float16) if k in half else np.dtype(DTYPES[k]) for k in KEYS}
-        arrays = {k: np.concatenate([ep[k] for ep in episodes]) for k in KEYS}
+        mixed = next(
+            (f for f, ep in zip(chosen, episodes, strict=True) if ep.keys() != set(keys)), None
+        )
+        if mixed is not None:
+            raise DatasetError(
+                f"{mixed}: its keys differ from {chosen[0].name}'s ({', '.join(keys)}); a "
+                "packed file holds episodes of one kind (with or without dynamics)"
+            )
+        dtypes = {k: np.dtype(np.float16) if k in half else np.dtype(DTYPES[k]) for k in keys}
+        arrays = {k: np.concatenate([ep[k] for ep in episodes]) for k in keys}
         for k in half:
             peak = float(np.abs(arrays[k]).max())
             if peak > _FLOAT16_MAX:
@@ -294,7 +317,8 @@ def _layout(path: Path, header: dict[str, Any]) -> dict[str, tuple[np.dtype[Any]
     else:
         if min(rows) < 2:
             raise DatasetError(f"{path}: an episode of {min(rows)} rows (at least 2)")
-        allowed = {k: {np.dtype(DTYPES[k]).name, *(["float16"] * (k in HALF_KEYS))} for k in KEYS}
+        stored = episode_keys(header["keys"])
+        allowed = {k: {np.dtype(DTYPES[k]).name, *(["float16"] * (k in HALF_KEYS))} for k in stored}
     layout = {}
     for k, dtypes in allowed.items():
         dtype_name, cols = header["keys"][k]
@@ -346,7 +370,7 @@ def _regenerate_into(
         episode = regenerate(collection, env, index, actions)
         save_episode(directory / name, episode)
         got = digests(episode)
-        differ = [k for k in KEYS if got[k] != want.get(k)]
+        differ = [k for k in episode_keys({**got, **want}) if got.get(k) != want.get(k)]
         results.append((differ, episode["physics"][-1], float(episode["reward"].sum())))
     return results
 
@@ -439,7 +463,7 @@ def _unpack_replay(
         reproduced=len(results) - len(gaps),
         deviation=max(gaps, default=0.0),
         returns=(float(np.mean(header["returns"])), float(np.mean([r[2] for r in results]))),
-        differing=tuple(k for k in KEYS if any(k in r[0] for r in results)),
+        differing=tuple(k for k in (*KEYS, *OPTIONAL_KEYS) if any(k in r[0] for r in results)),
         version_changes=tuple(
             f"{lib} {packed_with[lib]} -> {here[lib]}"
             for lib in sorted(packed_with)

@@ -8,6 +8,8 @@ rewards and physics states bitwise on the same MuJoCo build and processor. On an
 processor the floating point may differ in the last bits and chaos amplifies that over
 1,000 steps: the regenerated episode is then still the dynamics' own response to the same
 actions from the same initial state, just not the stored one, which `digests` detects.
+A dynamics-diverse collection's episodes run under the physics its record lists per
+episode (`episode_dynamics`), so those levels regenerate them too.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ from typing import Any
 import mujoco
 import numpy as np
 
-from rbfm.data.exorl import DTYPES, KEYS, Episode, validate_episode
+from rbfm.data.exorl import DTYPES, Episode, episode_keys, validate_episode
 from rbfm.data.rollout import COLLECTION_FILE, run_episode
-from rbfm.envs import RbfmEnv, get_domain, make_env
+from rbfm.envs import RbfmEnv, families, get_domain, make_env
+from rbfm.envs.dynamics import dynamics_of_vector
 from rbfm.errors import DatasetError
 
 _PHYSICS = mujoco.mjtState.mjSTATE_PHYSICS  # what the collector stores per row
@@ -37,17 +40,46 @@ class Collection:
     domain: str
     task: str
     seed: int
+    # Per episode index, its dynamics levels (`rbfm.envs.families` order); None: nominal.
+    levels: tuple[tuple[float, ...], ...] | None = None
 
     @classmethod
     def of_record(cls, record: Mapping[str, Any], where: Path) -> Collection:
         """From a `collect.json` record (`where` names it in errors)."""
         try:
-            return cls(str(record["domain"]), str(record["task"]), int(record["seed"]))
+            domain, task, seed = str(record["domain"]), str(record["task"]), int(record["seed"])
         except (KeyError, TypeError, ValueError) as e:
             raise DatasetError(f"{where}: not a collection record ({e})") from e
+        if record.get("dynamics") is None:
+            return cls(domain, task, seed)
+        drawn = record.get("episode_dynamics")
+        names = list(families(domain))
+        try:
+            assert isinstance(drawn, Mapping) and list(drawn["families"]) == names
+            levels = tuple(tuple(float(v) for v in row) for row in drawn["levels"])
+            assert all(len(row) == len(names) and np.isfinite(row).all() for row in levels)
+        except (AssertionError, KeyError, TypeError, ValueError) as e:
+            raise DatasetError(
+                f"{where}: a dynamics-diverse collection whose record does not list each "
+                f"episode's levels of {', '.join(names)} (episode_dynamics)"
+            ) from e
+        return cls(domain, task, seed, levels)
 
     def env(self) -> RbfmEnv:
         return make_env(self.domain, self.task, seed=self.seed)
+
+    def episode_env(self, index: int, nominal: RbfmEnv) -> RbfmEnv:
+        """The environment episode `index` ran in: `nominal` unless the collection drew
+        physics per episode, then one made under that episode's levels."""
+        if self.levels is None:
+            return nominal
+        if not 0 <= index < len(self.levels):
+            raise DatasetError(
+                f"episode {index}: the collection's record lists dynamics for episodes "
+                f"0-{len(self.levels) - 1} only"
+            )
+        dynamics = dynamics_of_vector(self.domain, np.array(self.levels[index]))
+        return make_env(self.domain, self.task, seed=self.seed, dynamics=dynamics)
 
 
 def collection_record(buffer: Path) -> dict[str, Any]:
@@ -87,12 +119,14 @@ def digests(episode: Mapping[str, np.ndarray]) -> dict[str, str]:
     one observation feature."""
     return {
         k: hashlib.sha256(np.ascontiguousarray(episode[k], DTYPES[k]).tobytes()).hexdigest()
-        for k in KEYS
+        for k in episode_keys(episode)
     }
 
 
 def initial_physics(collection: Collection, env: RbfmEnv, index: int) -> np.ndarray:
-    """Episode `index`'s reset state, as the collector drew it."""
+    """Episode `index`'s reset state, as the collector drew it (`env`: the collection's
+    nominal environment)."""
+    env = collection.episode_env(index, env)
     env.reseed(np.random.SeedSequence([collection.seed, index]))
     env.reset()
     state = np.empty(get_domain(collection.domain).physics_dim)
@@ -102,14 +136,18 @@ def initial_physics(collection: Collection, env: RbfmEnv, index: int) -> np.ndar
 
 def regenerate(collection: Collection, env: RbfmEnv, index: int, actions: np.ndarray) -> Episode:
     """Episode `index` of the collection, stepped through `actions` (T+1 rows, row 0 the
-    reset's zero action) exactly as the collector stepped it."""
+    reset's zero action) exactly as the collector stepped it (`env`: the collection's
+    nominal environment)."""
     spec = get_domain(collection.domain)
     if actions.shape != (spec.episode_length + 1, spec.action_dim):
         raise DatasetError(
             f"episode {index}: actions of shape {actions.shape}; {collection.domain} episodes "
             f"have ({spec.episode_length + 1}, {spec.action_dim})"
         )
+    env = collection.episode_env(index, env)
     env.reseed(np.random.SeedSequence([collection.seed, index]))
     episode = run_episode(env, _Scripted(actions), 0)
+    if collection.levels is not None:
+        episode["dynamics"] = np.tile(collection.levels[index], (len(actions), 1))
     validate_episode(episode, spec, f"episode {index} regenerated")
     return episode
