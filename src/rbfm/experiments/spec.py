@@ -441,6 +441,23 @@ PRESETS: dict[str, ExperimentSpec] = {
         )
         for domain in SHIFT_DOMAINS
     },
+    # Walker's diverse models at Table 4's sizes (50k updates each on a lent H100) beside the
+    # nominal `cpu`-sized walker, all imitating its noisy expert: plain against context is
+    # a comparison at one size, budget and selection rule; either against the nominal
+    # model confounds size with data (no nominal paper-size walker is trained).
+    "shift-paper-fbil-walker": ExperimentSpec(
+        name="shift-paper-fbil-walker",
+        models=tuple(
+            ModelEntry("walker", label, checkpoint=checkpoint, experts=("noisy:walker",))
+            for label, checkpoint in (
+                ("rnd", "shipped"),
+                ("rnd-rand-paper", "walker:rnd-rand-paper"),
+                ("rnd-rand-ctx-paper", "walker:rnd-rand-ctx-paper"),
+            )
+        ),
+        methods=(MethodEntry("fbil"),),
+        **CPU_GRID,
+    ),
     # Adapting to the dynamics met: each domain's default model on the noisy expert's
     # demonstrations, FB-IL and RBFM-Light, every task, family and level.
     "adapt": ExperimentSpec(
