@@ -24,7 +24,8 @@ declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [adapt-fbil-walker]=rnd:f
     [adapt-fbil-quadruped]=rnd-v2:fbil [adapt-cone-cheetah]=rnd-v1:fbil [adapt-cone-walker]=rnd:fbil
     [adapt-cone-quadruped]=rnd-v2:fbil [shift-fbil-cheetah]=rnd-v1:fbil
     [shift-own-fbil-cheetah]=rnd-v1:fbil [shift-own-fbil-quadruped]=rnd-v2:fbil
-    [shift-fbil-quadruped]=rnd-v2:fbil [adapt-cone-cheetah-rand-ctx]=rnd-rand-ctx:fbil)
+    [shift-fbil-quadruped]=rnd-v2:fbil [adapt-cone-cheetah-rand-ctx]=rnd-rand-ctx:fbil
+    [shift-paper-fbil-walker]=rnd:fbil)
 for stage in "${stages[@]}"; do
     rbfm experiment "$stage" --out "$out" --workers "$workers" --figures
     dest="docs/results/$stage"

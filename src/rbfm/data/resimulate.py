@@ -52,17 +52,20 @@ class Collection:
             raise DatasetError(f"{where}: not a collection record ({e})") from e
         if record.get("dynamics") is None:
             return cls(domain, task, seed)
-        drawn = record.get("episode_dynamics")
         names = list(families(domain))
+        unusable = DatasetError(
+            f"{where}: a dynamics-diverse collection whose record does not list each "
+            f"episode's levels of {', '.join(names)} (episode_dynamics)"
+        )
+        drawn = record.get("episode_dynamics")
+        if not isinstance(drawn, Mapping) or drawn.get("families") != names:
+            raise unusable
         try:
-            assert isinstance(drawn, Mapping) and list(drawn["families"]) == names
             levels = tuple(tuple(float(v) for v in row) for row in drawn["levels"])
-            assert all(len(row) == len(names) and np.isfinite(row).all() for row in levels)
-        except (AssertionError, KeyError, TypeError, ValueError) as e:
-            raise DatasetError(
-                f"{where}: a dynamics-diverse collection whose record does not list each "
-                f"episode's levels of {', '.join(names)} (episode_dynamics)"
-            ) from e
+        except (KeyError, TypeError, ValueError) as e:
+            raise unusable from e
+        if not all(len(row) == len(names) and np.isfinite(row).all() for row in levels):
+            raise unusable
         return cls(domain, task, seed, levels)
 
     def env(self) -> RbfmEnv:
