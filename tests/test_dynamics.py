@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rbfm.data import load_dataset, relabel_all
+from rbfm.data import load_dataset, relabel_all, write_episode
 from rbfm.data.exorl import KEYS, parse_name, read_episode
 from rbfm.data.resimulate import Collection, regenerate
 from rbfm.envs import get_domain, get_perturbation, make_env
@@ -141,3 +141,11 @@ def test_a_diverse_collection_packs_and_unpacks_with_its_physics(tmp_path: Path)
     with pytest.raises(DatasetError, match="does not list each episode's levels"):
         pack_episodes(buffer, tmp_path / "r2.xz", replay=True)
     assert not (tmp_path / "r2.xz").exists()
+    # A file holds episodes of one kind: one without dynamics among them is refused.
+    (first,) = buffer.glob("*_0_*.npz")
+    nominal = {k: v for k, v in episodes[0].items() if k != "dynamics"}
+    first.unlink()
+    write_episode(buffer, 0, nominal)
+    with pytest.raises(DatasetError, match="its keys differ"):
+        pack_episodes(buffer, tmp_path / "e2.xz")
+    assert not (tmp_path / "e2.xz").exists()
