@@ -26,7 +26,7 @@ declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [adapt-fbil-walker]=rnd:f
     [adapt-cone-quadruped]=rnd-v2:fbil [shift-fbil-cheetah]=rnd-v1:fbil
     [shift-own-fbil-cheetah]=rnd-v1:fbil [shift-own-fbil-quadruped]=rnd-v2:fbil
     [shift-fbil-quadruped]=rnd-v2:fbil [adapt-cone-cheetah-rand-ctx]=rnd-rand-ctx:fbil
-    [shift-paper-fbil-walker]=rnd:fbil)
+    [shift-paper-fbil-walker]=rnd:fbil [adapt-cone-s2-walker]=rnd:fbil)
 for stage in "${stages[@]}"; do
     rbfm experiment "$stage" --out "$out" --workers "$workers" --figures
     dest="docs/results/$stage"
