@@ -484,8 +484,6 @@ PRESETS: dict[str, ExperimentSpec] = {
         for name, search in (("adapt-fbil", "line"), ("adapt-cone", "cone"))
         for domain, model in ADAPT_SLICE_MODELS.items()
     },
-    # The cone slice on cheetah's dynamics-diverse context model, its own noisy expert:
-    # adaptation on a model that has seen several physics and reads the recent history.
     # On walker and quadruped no criterion's choice from one episode per candidate carried to
     # fresh initial states (the oracle's neither): each of 5 candidates (the start z's
     # included) judged on 2 initial states, at the same budget of 10. 2, not 5: with 5
@@ -493,6 +491,8 @@ PRESETS: dict[str, ExperimentSpec] = {
     "adapt-cone-s2-walker": _adapt_slice(
         "adapt-cone-s2-walker", "walker", *ADAPT_SLICE_MODELS["walker"], "cone", states=2
     ),
+    # The cone slice on cheetah's dynamics-diverse context model, its own noisy expert:
+    # adaptation on a model that has seen several physics and reads the recent history.
     "adapt-cone-cheetah-rand-ctx": _adapt_slice(
         "adapt-cone-cheetah-rand-ctx", "cheetah", "rnd-rand-ctx", "cheetah:rnd-rand-ctx", "cone"
     ),
