@@ -18,7 +18,8 @@ if [ ${#stages[@]} -eq 0 ]; then
     stages=(q1 eps datasize q2 sources certify grid-walker grid-quadruped grid-cheetah independent grid
         adapt-fbil-cheetah adapt-fbil-walker adapt-fbil-quadruped adapt-cone-cheetah
         shift-fbil-cheetah shift-own-fbil-cheetah adapt-cone-cheetah-rand-ctx adapt-cone-walker
-        adapt-cone-quadruped shift-paper-fbil-walker adapt-cone-s2-walker)
+        adapt-cone-quadruped shift-paper-fbil-walker adapt-cone-s2-walker shift-fbil-quadruped
+        shift-fbil-walker)
 fi
 # Stages read as ratios to one reference configuration (python -m rbfm.reporting.goals).
 declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [adapt-fbil-walker]=rnd:fbil
@@ -26,7 +27,8 @@ declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [adapt-fbil-walker]=rnd:f
     [adapt-cone-quadruped]=rnd-v2:fbil [shift-fbil-cheetah]=rnd-v1:fbil
     [shift-own-fbil-cheetah]=rnd-v1:fbil [shift-own-fbil-quadruped]=rnd-v2:fbil
     [shift-fbil-quadruped]=rnd-v2:fbil [adapt-cone-cheetah-rand-ctx]=rnd-rand-ctx:fbil
-    [shift-paper-fbil-walker]=rnd:fbil [adapt-cone-s2-walker]=rnd:fbil)
+    [shift-paper-fbil-walker]=rnd:fbil [adapt-cone-s2-walker]=rnd:fbil [shift-fbil-walker]=rnd:fbil
+    [shift-own-fbil-walker]=rnd:fbil)
 for stage in "${stages[@]}"; do
     rbfm experiment "$stage" --out "$out" --workers "$workers" --figures
     dest="docs/results/$stage"
