@@ -18,10 +18,9 @@ from rbfm.errors import ConfigError, DatasetError
 from rbfm.exploration import CollectConfig, collect
 
 
-def _cfg(out: Path, transitions: int) -> CollectConfig:
-    return CollectConfig(
-        "walker", "random", transitions, str(out), seed=3, dynamics=DynamicsDistribution()
-    )
+def _cfg(out: Path, transitions: int, nominal_share: float = 0.25) -> CollectConfig:
+    dynamics = DynamicsDistribution(nominal_share=nominal_share)
+    return CollectConfig("walker", "random", transitions, str(out), seed=3, dynamics=dynamics)
 
 
 def _episodes(buffer: Path) -> dict[int, dict[str, np.ndarray]]:
@@ -112,7 +111,8 @@ def test_a_buffer_mixing_diverse_and_nominal_episodes_is_refused(tmp_path: Path)
 def test_a_diverse_collection_packs_and_unpacks_with_its_physics(tmp_path: Path) -> None:
     from rbfm.data.pack import pack_episodes, unpack_episodes
 
-    buffer = collect(_cfg(tmp_path / "src", 3000), progress=False)
+    # seed 3 at this share: episode 0 nominal, 1 and 2 perturbed
+    buffer = collect(_cfg(tmp_path / "src", 3000, nominal_share=0.34), progress=False)
     record = json.loads((buffer.parent / "collect.json").read_text())
     assert Collection.of_record(record, buffer).levels == tuple(
         tuple(row) for row in record["episode_dynamics"]["levels"]
@@ -123,8 +123,27 @@ def test_a_diverse_collection_packs_and_unpacks_with_its_physics(tmp_path: Path)
     pack_episodes(buffer, tmp_path / "r.xz", replay=True)
     out = unpack_episodes(tmp_path / "r.xz", tmp_path / "replayed")
     assert (out.episodes, out.reproduced, out.differing) == (3, 3, ())
+    # At nominal: the same actions from the same initial states under nominal physics, a
+    # nominal collection whose record regenerates it in turn; only nominal episodes match.
+    twin = unpack_episodes(tmp_path / "r.xz", tmp_path / "nominal", nominal=True)
+    assert "at nominal physics" in twin.unpacked()
+    at_nominal = [k for k, ep in episodes.items() if not ep["dynamics"].any()]
+    assert twin.reproduced == len(at_nominal) == 1
+    twin_record = json.loads((twin.path.parent / "collect.json").read_text())
+    assert "dynamics" not in twin_record and "episode_dynamics" not in twin_record
+    env = make_env("walker", "stand", seed=3)
+    for k, ep in _episodes(twin.path).items():
+        assert "dynamics" not in ep
+        np.testing.assert_array_equal(ep["action"], episodes[k]["action"])
+        again = regenerate(Collection("walker", "stand", 3), env, k, ep["action"])
+        np.testing.assert_array_equal(again["physics"], ep["physics"])
+    pack_episodes(twin.path, tmp_path / "n.xz", replay=True)
+    with pytest.raises(ConfigError, match="nominal physics already"):
+        unpack_episodes(tmp_path / "n.xz", tmp_path / "again", nominal=True)
     # Whole episodes: the dynamics travel as a key of their own.
     pack_episodes(buffer, tmp_path / "e.xz", half=["observation"])
+    with pytest.raises(ConfigError, match="not actions to replay"):
+        unpack_episodes(tmp_path / "e.xz", tmp_path / "whole2", nominal=True)
     unpack_episodes(tmp_path / "e.xz", tmp_path / "whole")
     for root in ("replayed", "whole"):
         got = _episodes(tmp_path / root / "walker" / "random" / "buffer")

@@ -19,7 +19,7 @@ if [ ${#stages[@]} -eq 0 ]; then
         adapt-fbil-cheetah adapt-fbil-walker adapt-fbil-quadruped adapt-cone-cheetah
         shift-fbil-cheetah shift-own-fbil-cheetah adapt-cone-cheetah-rand-ctx adapt-cone-walker
         adapt-cone-quadruped shift-paper-fbil-walker adapt-cone-s2-walker shift-fbil-quadruped
-        shift-fbil-walker shift-own-fbil-walker)
+        shift-fbil-walker shift-own-fbil-walker shift-paper-walker)
 fi
 # Stages read as ratios to one reference configuration (python -m rbfm.reporting.goals).
 declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [adapt-fbil-walker]=rnd:fbil
@@ -28,7 +28,7 @@ declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [adapt-fbil-walker]=rnd:f
     [shift-own-fbil-cheetah]=rnd-v1:fbil [shift-own-fbil-quadruped]=rnd-v2:fbil
     [shift-fbil-quadruped]=rnd-v2:fbil [adapt-cone-cheetah-rand-ctx]=rnd-rand-ctx:fbil
     [shift-paper-fbil-walker]=rnd:fbil [adapt-cone-s2-walker]=rnd:fbil [shift-fbil-walker]=rnd:fbil
-    [shift-own-fbil-walker]=rnd:fbil)
+    [shift-own-fbil-walker]=rnd:fbil [shift-paper-walker]=rnd-nominal-paper:fbil)
 for stage in "${stages[@]}"; do
     rbfm experiment "$stage" --out "$out" --workers "$workers" --figures
     dest="docs/results/$stage"

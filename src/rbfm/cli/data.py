@@ -105,11 +105,12 @@ def pack(args: argparse.Namespace) -> None:
     path=Use(REQUIRED, "the packed file"),
     out=Use(REQUIRED, "dataset root: episodes go to OUT/<domain>/<algo>/buffer"),
     workers=Use(len(os.sched_getaffinity(0)), "processes regenerating a --replay file (0: none)"),
+    nominal=False,
 )
 def unpack(args: argparse.Namespace) -> None:
     from rbfm.data.pack import unpack_episodes
 
-    print(unpack_episodes(args.path, args.out, args.workers).unpacked())
+    print(unpack_episodes(args.path, args.out, args.workers, args.nominal).unpacked())
 
 
 @command("envs", "list domains, tasks and perturbation families")

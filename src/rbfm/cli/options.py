@@ -27,7 +27,7 @@ class Opt:
 MODEL = "FB model: a run folder, a checkpoint or a shipped name (walker; docs/models.md)"
 FLAGS = frozenset(
     {"bf16", "compile", "cross_task", "cuda_graph", "dry_run", "figures", "fp16", "quiet"}
-    | {"random", "replay"}
+    | {"nominal", "random", "replay"}
 )
 OPTIONS: dict[str, Opt] = {
     "action_noise": Opt("Gaussian noise std on the expert's actions (clipped to [-1, 1])", float),
@@ -79,6 +79,7 @@ OPTIONS: dict[str, Opt] = {
     "quiet": Opt("no progress bar"),
     "random": Opt("also evaluate a uniform random policy"),
     "ray": Opt("run on Ray: auto, local or a cluster address (pip install 'rbfm[ray]')"),
+    "nominal": Opt("regenerate a dynamics-diverse --replay file at nominal physics"),
     "replay": Opt("store only the actions; `rbfm unpack` regenerates the rest"),
     "search": Opt("adaptation search (docs/inference.md)", extra={"choices": ["line", "cone"]}),
     "seed": Opt("random seed", int),

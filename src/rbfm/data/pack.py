@@ -81,6 +81,7 @@ class PackSummary:
     returns: tuple[float, float] | None = None
     differing: tuple[str, ...] = ()  # keys that differ in some episode
     version_changes: tuple[str, ...] = ()  # "numpy 2.4.6 -> 2.5.2"
+    nominal: bool = False  # a dynamics-diverse replay file regenerated at nominal physics
 
     def packed(self, half: Sequence[str] = ()) -> str:
         """What was packed (`half`: the keys stored in float16)."""
@@ -91,7 +92,15 @@ class PackSummary:
     def unpacked(self) -> str:
         """What was unpacked, and how faithfully a replay file's episodes were regenerated."""
         lines = [f"unpacked {self._what()}"]
-        if self.reproduced is not None and self.returns is not None:
+        if self.nominal and self.reproduced is not None and self.returns is not None:
+            lines += [
+                "regenerated from their actions at nominal physics (collected under physics "
+                f"drawn per episode): {self.reproduced} of {self.episodes} bitwise as packed, "
+                "those collected at nominal",
+                f"mean episode return of the stored reward: {self.returns[0]:.1f} packed, "
+                f"{self.returns[1]:.1f} at nominal",
+            ]
+        elif self.reproduced is not None and self.returns is not None:
             lines += [
                 f"regenerated from their actions: {self.reproduced} of {self.episodes} "
                 "bitwise as packed",
@@ -417,18 +426,38 @@ def _move_in(hidden: Path, buffer: Path) -> None:
 
 
 def _unpack_replay(
-    header: dict[str, Any], arrays: dict[str, np.ndarray], buffer: Path, workers: int
+    header: dict[str, Any],
+    arrays: dict[str, np.ndarray],
+    buffer: Path,
+    workers: int,
+    nominal: bool,
 ) -> PackSummary:
     record = header["collection"]
+    if nominal:
+        if record.get("dynamics") is None:
+            raise ConfigError(
+                f"nominal: the packed collection ({header['source']}) ran at nominal physics "
+                "already; drop --nominal"
+            )
+        # The same actions from the same initial states at nominal physics: a nominal
+        # dataset paired with the diverse one, differing in the physics alone. Its record
+        # is a nominal collection's, so a --replay pack regenerates it in turn.
+        record = {k: v for k, v in record.items() if k not in ("dynamics", "episode_dynamics")}
+        record["replayed_at_nominal"] = header["source"]
     collection = Collection.of_record(record | {"domain": header["domain"]}, buffer)
     names, rows = header["names"], header["rows"]
     actions = arrays["action"]
     if not np.isfinite(actions).all():
         raise DatasetError(f"{buffer}: the packed actions hold NaN or inf")
     starts = np.cumsum([0, *rows])
+    # at nominal the regenerated episodes carry no dynamics key to compare
+    wants = [
+        {k: v for k, v in want.items() if not (nominal and k == "dynamics")}
+        for want in header["digests"]
+    ]
     jobs = [
-        (name, parse_name(name)[0], actions[a:b], dict(want))  # type: ignore[index]
-        for name, a, b, want in zip(names, starts[:-1], starts[1:], header["digests"], strict=True)
+        (name, parse_name(name)[0], actions[a:b], want)  # type: ignore[index]
+        for name, a, b, want in zip(names, starts[:-1], starts[1:], wants, strict=True)
     ]
     created = [p for p in (buffer.parent.parent, buffer.parent) if not p.exists()]
     hidden = buffer.parent / ".buffer.unpacking"
@@ -469,15 +498,19 @@ def _unpack_replay(
             for lib in sorted(packed_with)
             if lib in here and packed_with[lib] != here[lib]
         ),
+        nominal=nominal,
     )
 
 
-def unpack_episodes(path: str | Path, root: str | Path, workers: int = 0) -> PackSummary:
+def unpack_episodes(
+    path: str | Path, root: str | Path, workers: int = 0, nominal: bool = False
+) -> PackSummary:
     """Writes a packed file's episodes to `root/<domain>/<algo>/buffer`, under their
     original names; the buffer must not hold episodes already. Every episode is read and
     validated before the first is written; a replay file's episodes are regenerated on
     `workers` processes (0: in this one) into a hidden folder that then becomes the
-    buffer, with the collection's record beside it."""
+    buffer, with the collection's record beside it. `nominal`: a dynamics-diverse replay
+    file's episodes are regenerated at nominal physics instead of their own."""
     path = Path(path)
     if workers < 0:
         raise ConfigError(f"workers: {workers} is out of range (valid: >= 0)")
@@ -487,7 +520,10 @@ def unpack_episodes(path: str | Path, root: str | Path, workers: int = 0) -> Pac
     if buffer.is_dir() and episode_files(buffer):
         raise DatasetError(f"{buffer}: already holds episodes; unpack into an empty root")
     if header["mode"] == "replay":
-        return replace(_unpack_replay(header, arrays, buffer, workers), bytes=path.stat().st_size)
+        summary = _unpack_replay(header, arrays, buffer, workers, nominal)
+        return replace(summary, bytes=path.stat().st_size)
+    if nominal:
+        raise ConfigError(f"nominal: {path} holds episodes, not actions to replay; drop --nominal")
     names, rows = header["names"], header["rows"]
     starts = np.cumsum([0, *rows])
     episodes = []

@@ -453,7 +453,7 @@ PRESETS: dict[str, ExperimentSpec] = {
     # Walker's diverse models at Table 4's sizes (50k updates each on a lent H100) beside the
     # nominal `cpu`-sized walker, all imitating its noisy expert: plain against context is
     # a comparison at one size, budget and selection rule; either against the nominal
-    # model confounds size with data (no nominal paper-size walker is trained).
+    # model confounds size with data (their nominal twin is `shift-paper-walker`'s).
     "shift-paper-fbil-walker": ExperimentSpec(
         name="shift-paper-fbil-walker",
         models=tuple(
@@ -463,6 +463,24 @@ PRESETS: dict[str, ExperimentSpec] = {
                 ("rnd-rand-paper", "walker:rnd-rand-paper"),
                 ("rnd-rand-ctx-paper", "walker:rnd-rand-ctx-paper"),
             )
+        ),
+        methods=(MethodEntry("fbil"),),
+        **CPU_GRID,
+    ),
+    # The same two beside a nominal walker of their size, budget (50k updates, 10-episode
+    # IQM every 10k, the best kept) and data: the diverse data's actions replayed at nominal
+    # physics (`rbfm unpack --nominal`), so randomised physics is the one difference. All
+    # three imitate that nominal model's noisy expert.
+    "shift-paper-walker": ExperimentSpec(
+        name="shift-paper-walker",
+        models=tuple(
+            ModelEntry(
+                "walker",
+                label,
+                checkpoint=f"walker:{label}",
+                experts=("noisy:walker:rnd-nominal-paper",),
+            )
+            for label in ("rnd-nominal-paper", "rnd-rand-paper", "rnd-rand-ctx-paper")
         ),
         methods=(MethodEntry("fbil"),),
         **CPU_GRID,
