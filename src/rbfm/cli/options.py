@@ -187,10 +187,8 @@ class Help(argparse.HelpFormatter):
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         # Not at hyphens: names such as grid-walker are read and copied whole.
-        return textwrap.fill(
-            " ".join(text.split()), width, initial_indent=indent, subsequent_indent=indent,
-            break_on_hyphens=False,
-        )  # fmt: skip
+        return textwrap.fill(" ".join(text.split()), width, initial_indent=indent,
+                             subsequent_indent=indent, break_on_hyphens=False)  # fmt: skip
 
 
 def from_args(cls: type[_C], args: argparse.Namespace, **given: Any) -> _C:
