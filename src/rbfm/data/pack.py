@@ -92,22 +92,17 @@ class PackSummary:
     def unpacked(self) -> str:
         """What was unpacked, and how faithfully a replay file's episodes were regenerated."""
         lines = [f"unpacked {self._what()}"]
-        if self.nominal and self.reproduced is not None and self.returns is not None:
+        if self.reproduced is not None and self.returns is not None:
+            at = " at nominal physics (collected under physics drawn per episode)"
             lines += [
-                "regenerated from their actions at nominal physics (collected under physics "
-                f"drawn per episode): {self.reproduced} of {self.episodes} bitwise as packed, "
-                "those collected at nominal",
+                f"regenerated from their actions{at if self.nominal else ''}: "
+                f"{self.reproduced} of {self.episodes} bitwise as packed"
+                + (", those collected at nominal" if self.nominal else ""),
                 f"mean episode return of the stored reward: {self.returns[0]:.1f} packed, "
-                f"{self.returns[1]:.1f} at nominal",
+                f"{self.returns[1]:.1f} {'at nominal' if self.nominal else 'regenerated'}",
             ]
-        elif self.reproduced is not None and self.returns is not None:
-            lines += [
-                f"regenerated from their actions: {self.reproduced} of {self.episodes} "
-                "bitwise as packed",
-                f"mean episode return of the stored reward: {self.returns[0]:.1f} packed, "
-                f"{self.returns[1]:.1f} regenerated",
-            ]
-            if self.reproduced < self.episodes:
+            # at nominal the perturbed episodes differ by design: no gap to report
+            if self.reproduced < self.episodes and not self.nominal:
                 lines.append(
                     f"the others differ in {', '.join(self.differing)}; their final physics "
                     f"states by up to {self.deviation:.3g} (floating point that rounds "
