@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from matplotlib.axes import Axes
 
 from rbfm.envs import get_perturbation
 from rbfm.errors import ConfigError
 from rbfm.experiments.table import ResultRow
-from rbfm.reporting.goals import goal_table, scores
+from rbfm.reporting.goals import RANGES, estimates, goal_figure, goal_table, scores
 
 
 def _rows() -> list[ResultRow]:
@@ -57,3 +58,28 @@ def test_ratios_by_range_against_the_reference() -> None:
     assert scores(rows, (4, 5))["rnd-v1:fbil"].shape == (5, 2)
     with pytest.raises(ConfigError, match="--reference"):
         goal_table(rows, "rnd:fbil")
+
+
+def test_the_figure_draws_each_range_with_the_goal_thresholds() -> None:
+    rows = _rows()
+    fig = goal_figure(rows, "rnd-v1:fbil", reps=200)
+    nominal, inside, strongest = fig.axes
+    found = estimates(rows, "rnd-v1:fbil", reps=200)
+    ref = {title: per["rnd-v1:fbil"][0] for title, per in found.items()}
+
+    def lines(ax: Axes, style: str) -> list[float]:
+        return [
+            float(np.asarray(ln.get_xdata())[0]) for ln in ax.lines if ln.get_linestyle() == style
+        ]
+
+    # The reference's IQM solid in every panel; the thresholds dashed where the goal reads.
+    for ax, title in zip(fig.axes, RANGES, strict=True):
+        assert lines(ax, "-") == pytest.approx([ref[title]])
+    assert lines(nominal, "--") == pytest.approx([0.95 * ref["nominal"]])
+    assert lines(inside, "--") == []
+    assert lines(strongest, "--") == pytest.approx([1.15 * ref["two strongest (levels 5-6)"]])
+    # Beside the diverse model's bar, its ratio as the table states it.
+    table = goal_table(rows, "rnd-v1:fbil", reps=200)
+    line = next(x for x in table.splitlines() if x.startswith("| rnd-rand:fbil"))
+    stated = line.split("|")[4].split("(")[1].rstrip(") ")
+    assert [t.get_text().strip() for t in strongest.texts] == [stated]

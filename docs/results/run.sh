@@ -19,7 +19,7 @@ if [ ${#stages[@]} -eq 0 ]; then
         adapt-fbil-cheetah adapt-fbil-walker adapt-fbil-quadruped adapt-cone-cheetah
         shift-fbil-cheetah shift-own-fbil-cheetah adapt-cone-cheetah-rand-ctx adapt-cone-walker
         adapt-cone-quadruped shift-paper-fbil-walker adapt-cone-s2-walker shift-fbil-quadruped
-        shift-fbil-walker shift-own-fbil-walker shift-paper-walker)
+        shift-fbil-walker shift-own-fbil-walker shift-paper-walker shift-paper-cheetah)
 fi
 # Stages read as ratios to one reference configuration (python -m rbfm.reporting.goals).
 declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [adapt-fbil-walker]=rnd:fbil
@@ -28,7 +28,8 @@ declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [adapt-fbil-walker]=rnd:f
     [shift-own-fbil-cheetah]=rnd-v1:fbil [shift-own-fbil-quadruped]=rnd-v2:fbil
     [shift-fbil-quadruped]=rnd-v2:fbil [adapt-cone-cheetah-rand-ctx]=rnd-rand-ctx:fbil
     [shift-paper-fbil-walker]=rnd:fbil [adapt-cone-s2-walker]=rnd:fbil [shift-fbil-walker]=rnd:fbil
-    [shift-own-fbil-walker]=rnd:fbil [shift-paper-walker]=rnd-nominal-paper:fbil)
+    [shift-own-fbil-walker]=rnd:fbil [shift-paper-walker]=rnd-nominal-paper:fbil
+    [shift-paper-cheetah]=rnd-nominal-paper:fbil [shift-own-paper-cheetah]=rnd-nominal-paper:fbil)
 for stage in "${stages[@]}"; do
     rbfm experiment "$stage" --out "$out" --workers "$workers" --figures
     dest="docs/results/$stage"
@@ -39,7 +40,7 @@ for stage in "${stages[@]}"; do
     if [ -f "$out/experts.csv" ]; then cp "$out/experts.csv" "$dest/"; fi
     if [ -n "${reference[$stage]:-}" ]; then
         python -m rbfm.reporting.goals "$out/results.csv" --reference "${reference[$stage]}" \
-            > "$dest/goals.md"
+            --figure "$dest/goals.png" > "$dest/goals.md"
         cp "$out/adaptations.csv" "$dest/" 2>/dev/null || true
     fi
     # One copy per figure: `grid` keeps only the figures its per-domain stages do not have

@@ -467,24 +467,24 @@ PRESETS: dict[str, ExperimentSpec] = {
         methods=(MethodEntry("fbil"),),
         **CPU_GRID,
     ),
-    # The same two beside a nominal walker of their size, budget (50k updates, 10-episode
-    # IQM every 10k, the best kept) and data: the diverse data's actions replayed at nominal
-    # physics (`rbfm unpack --nominal`), so randomised physics is the one difference. All
-    # three imitate that nominal model's noisy expert.
-    "shift-paper-walker": ExperimentSpec(
-        name="shift-paper-walker",
-        models=tuple(
-            ModelEntry(
-                "walker",
-                label,
-                checkpoint=f"walker:{label}",
-                experts=("noisy:walker:rnd-nominal-paper",),
-            )
-            for label in ("rnd-nominal-paper", "rnd-rand-paper", "rnd-rand-ctx-paper")
-        ),
-        methods=(MethodEntry("fbil"),),
-        **CPU_GRID,
-    ),
+    # Each domain's diverse pair at Table 4's sizes beside a nominal model of their size,
+    # budget (50k updates, 10-episode IQM every 10k, the best kept) and data: the diverse
+    # data's actions replayed at nominal physics (`rbfm unpack --nominal`), so randomised
+    # physics is the one difference. All three imitate that nominal model's noisy expert;
+    # in `shift-own-paper-*` each imitates its own.
+    **{
+        f"shift{own}-paper-{domain}": ExperimentSpec(
+            name=f"shift{own}-paper-{domain}",
+            models=tuple(
+                ModelEntry(domain, label, checkpoint=f"{domain}:{label}", experts=(expert,))
+                for label in ("rnd-nominal-paper", "rnd-rand-paper", "rnd-rand-ctx-paper")
+            ),
+            methods=(MethodEntry("fbil"),),
+            **CPU_GRID,
+        )
+        for domain in ("walker", "cheetah")
+        for own, expert in (("", f"noisy:{domain}:rnd-nominal-paper"), ("-own", "noisy"))
+    },
     # Adapting to the dynamics met: each domain's default model on the noisy expert's
     # demonstrations, FB-IL and RBFM-Light, every task, family and level.
     "adapt": ExperimentSpec(

@@ -4,7 +4,7 @@ them (a candidate at >= 1.15x the reference at each family's two strongest level
 disjoint, and >= 0.95x at nominal).
 
     python -m rbfm.reporting.goals docs/results/shift-fbil-cheetah/results.csv \
-        --reference rnd-v1:fbil
+        --reference rnd-v1:fbil --figure docs/results/shift-fbil-cheetah/goals.png
 
 A configuration is (data label, results label), e.g. `rnd-rand:fbil` or
 `rnd-v1:fbil (adapt-k5)`; each pools its per-seed mean returns over the tasks,
@@ -14,14 +14,20 @@ families and levels of a range, as the stage figures' IQMs do (stratified bootst
 from __future__ import annotations
 
 import argparse
+import textwrap
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
 from rbfm.envs import get_perturbation
 from rbfm.errors import ConfigError
 from rbfm.evaluation.stats import stratified_iqm
 from rbfm.experiments.table import ResultRow, read_table
+from rbfm.reporting.figures import save_figure
+from rbfm.reporting.plots import caption_width
 from rbfm.reporting.report import markdown
 from rbfm.reporting.stats import same_level
 
@@ -32,6 +38,11 @@ RANGES = {
     "inside the training range (levels 2-4)": (1, 2, 3),
     "two strongest (levels 5-6)": (4, 5),
 }
+# The goals' thresholds, as ratios to the reference, in the ranges they are read at.
+THRESHOLDS = {"nominal": 0.95, "two strongest (levels 5-6)": 1.15}
+
+Estimate = tuple[float, float, float]  # IQM, CI low, CI high
+PALETTE = ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C8", "C9")  # C7 is the reference's grey
 
 
 def _index(r: ResultRow) -> int | None:
@@ -63,24 +74,112 @@ def scores(rows: Sequence[ResultRow], indices: tuple[int, ...]) -> dict[str, np.
     return out
 
 
+def estimates(
+    rows: Sequence[ResultRow], reference: str, reps: int = 2000
+) -> dict[str, dict[str, Estimate]]:
+    """Per range, each configuration's IQM and 95% CI, pooled over the range's tasks,
+    families and levels (stratified bootstrap with `reps` resamples)."""
+    if reference not in configs(rows):
+        raise ConfigError(f"--reference: {reference!r} is not one of {configs(rows)}")
+    return {name: stratified_iqm(scores(rows, idx), reps) for name, idx in RANGES.items()}
+
+
+def _disjoint(a: Estimate, b: Estimate) -> bool:
+    return a[2] < b[1] or a[1] > b[2]
+
+
 def goal_table(rows: Sequence[ResultRow], reference: str, reps: int = 2000) -> str:
     """Each configuration's IQM [95% CI] per range, and its ratio to `reference`'s
     (`*`: the two CIs are disjoint)."""
-    if reference not in configs(rows):
-        raise ConfigError(f"--reference: {reference!r} is not one of {configs(rows)}")
+    found = estimates(rows, reference, reps)
     body = []
     for name in configs(rows):
         line = [name]
-        for indices in RANGES.values():
-            found = stratified_iqm(scores(rows, indices), reps)
-            if name not in found or reference not in found:
+        for per in found.values():
+            if name not in per or reference not in per:
                 line.append("-")
                 continue
-            (m, lo, hi), (rm, rlo, rhi) = found[name], found[reference]
-            disjoint = "*" if hi < rlo or lo > rhi else ""
-            line.append(f"{m:.1f} [{lo:.1f}, {hi:.1f}] ({m / rm:.2f}x{disjoint})")
+            (m, lo, hi), ref = per[name], per[reference]
+            star = "*" if _disjoint(per[name], ref) else ""
+            line.append(f"{m:.1f} [{lo:.1f}, {hi:.1f}] ({m / ref[0]:.2f}x{star})")
         body.append(line)
     return markdown(["configuration", *RANGES], body)
+
+
+def _goal_panel(
+    ax: Axes, per: dict[str, Estimate], names: list[str], reference: str, title: str
+) -> None:
+    """One range's panel: a bar per configuration, the reference and the threshold."""
+    ref = per.get(reference)
+    for i, name in enumerate(names):
+        if name not in per:
+            continue
+        m, lo, hi = per[name]
+        colour = "0.45" if name == reference else PALETTE[i % len(PALETTE)]
+        ax.barh(i, hi - lo, left=lo, height=0.6, color=colour, alpha=0.75)
+        ax.vlines(m, i - 0.3, i + 0.3, color="k", lw=2)
+        if ref is not None and name != reference:
+            star = "*" if _disjoint(per[name], ref) else ""
+            ax.annotate(
+                f" {m / ref[0]:.2f}x{star}",
+                (hi, i),
+                va="center",
+                fontsize=7,
+                annotation_clip=False,
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5, "alpha": 0.8},
+            )
+    right = max((hi for _, _, hi in per.values()), default=1.0)
+    if ref is not None:
+        ax.axvline(ref[0], color="0.3", lw=1)
+        if title in THRESHOLDS:
+            goal = THRESHOLDS[title] * ref[0]
+            ax.axvline(goal, color="k", lw=1, ls="--")
+            right = max(right, goal)
+    # From zero, so that a bar's length reads as its ratio to the reference.
+    ax.set_xlim(0.0, 1.2 * right)
+    ax.set_ylim(len(names) - 0.5, -0.5)
+    ax.tick_params(axis="x", labelsize=7)
+    ax.grid(alpha=0.3, axis="x")
+    ax.set_xlabel("IQM return (pooled over tasks and families)", fontsize=7)
+
+
+def goal_figure(rows: Sequence[ResultRow], reference: str, reps: int = 2000) -> Figure:
+    """Per domain, a row of one panel per range measured: each configuration's IQM (tick)
+    and 95% CI (bar), the reference's IQM (solid line) and the goal's threshold where the
+    range has one (dashed), with each configuration's ratio to the reference beside its
+    bar."""
+    domains = list(dict.fromkeys(r.domain for r in rows))
+    names = configs(rows)
+    found = {d: estimates([r for r in rows if r.domain == d], reference, reps) for d in domains}
+    # A stage that measured some ranges only (the adaptation slices) draws those.
+    titles = [t for t in RANGES if any(f[t] for f in found.values())]
+    if not titles:
+        raise ConfigError("no configuration has results in every combination of any range")
+    fig = Figure(
+        figsize=(3.5 * len(titles), 0.9 + (0.6 + 0.32 * len(names)) * len(domains)),
+        dpi=110,
+        layout="constrained",
+    )
+    axes = fig.subplots(len(domains), len(titles), squeeze=False)
+    for row, domain in enumerate(domains):
+        for col, title in enumerate(titles):
+            ax = axes[row, col]
+            _goal_panel(ax, found[domain][title], names, reference, title)
+            ax.set_yticks(range(len(names)), names if col == 0 else [""] * len(names), fontsize=7)
+            ax.set_title(f"{domain}: {title}", fontsize=9)
+    caption = (
+        "Tick: IQM of the per-seed mean returns pooled over the range's tasks, families and "
+        "levels; bar: its 95% stratified-bootstrap CI. Solid line: the reference "
+        f"({reference}); dashed: the goal's threshold (0.95x the reference at nominal, 1.15x "
+        "at the two strongest levels). Beside each bar its ratio to the reference "
+        "(*: CIs disjoint)."
+    )
+    if len(titles) == len(RANGES):
+        caption += " Levels 2-4 lie inside the diverse models' training range, 5-6 beyond it."
+    fig.supxlabel(
+        textwrap.fill(caption, width=caption_width(fig.get_figwidth())), fontsize=7, color="0.25"
+    )
+    return fig
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -88,10 +187,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("results", help="a results.csv of `rbfm experiment`")
     parser.add_argument("--reference", required=True, help="DATASET:LABEL, e.g. rnd-v1:fbil")
     parser.add_argument("--expert", default=None, help="only the rows of this expert source")
+    parser.add_argument("--figure", default=None, help="also draw the pooled ranges as this PNG")
     args = parser.parse_args(argv)
     rows = read_table(args.results)
     if args.expert is not None:
         rows = [r for r in rows if r.expert == args.expert]
+    if args.figure is not None:
+        save_figure(goal_figure(rows, args.reference), Path(args.figure))
     for domain in dict.fromkeys(r.domain for r in rows):
         mine = [r for r in rows if r.domain == domain]
         print(f"### {domain}, pooled over its tasks\n")
