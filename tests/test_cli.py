@@ -169,8 +169,9 @@ def test_first_hour_mistakes_are_clean_errors(
     assert "--episodes: 0 is out of range (valid: >= 1)" in capsys.readouterr().err
     assert main(["zero-shot", "--checkpoint", "cheeta"]) == 2
     err = capsys.readouterr().err  # every shipped model, named as --checkpoint takes it
-    assert "shipped model: cheetah, cheetah:cpu, cheetah:rnd-rand" in err
+    assert "shipped model: cheetah, cheetah:cpu, cheetah:rnd-nominal-paper, " in err
     assert "quadruped, quadruped:rnd-rand, " in err and "walker:rnd-v4)" in err
+    assert all(f"walker:{label}" in err for label in ("rnd-rand", "rnd-rand-ctx", "aps"))
     meta = read_meta("walker")
     z = save_z(
         tmp_path / "jump.json",
