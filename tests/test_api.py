@@ -65,5 +65,32 @@ def test_the_api_refuses_what_it_cannot_use(model: rbfm.Model) -> None:
         model.task_z("walk")
     with pytest.raises(DatasetError, match="actions must lie in"):
         rbfm.Demos.from_arrays("cheetah", "run", [np.zeros((3, 17))], [np.full((2, 6), 2.0)])
-    with pytest.raises(DatasetError, match="observation has shape"):
+    with pytest.raises(DatasetError, match=r"episode 0's observations have shape \(3, 16\)"):
         rbfm.Demos.from_arrays("cheetah", "run", [np.zeros((3, 16))], [np.zeros((2, 6))])
+    # The commonest slip, T observations for T actions, named per episode.
+    with pytest.raises(DatasetError, match="episode 1 has 2 observations for 2 actions; each"):
+        rbfm.Demos.from_arrays(
+            "cheetah", "run", [np.zeros((3, 17)), np.zeros((2, 17))], [np.zeros((2, 6))] * 2
+        )
+
+
+def test_api_calls_run_on_one_thread_and_restore_the_caller_s(
+    model: rbfm.Model, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rbfm.threads import one_torch_thread
+
+    seen = []
+    inside = one_torch_thread(lambda: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+        inside()
+        assert seen == [1] and torch.get_num_threads() == 2
+        monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's choice wins
+        inside()
+        assert seen == [1, 2]
+        rbfm.imitate(_demos(), "fbil", model, steps=5)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

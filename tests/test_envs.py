@@ -9,6 +9,7 @@ from dm_control.suite import quadruped
 from dm_control.utils import rewards
 
 from rbfm.envs import TASKS, make_env
+from rbfm.envs.domains import get_domain
 from rbfm.errors import ConfigError
 
 ALL_TASKS = [(d, t) for d, tasks in TASKS.items() for t in tasks]
@@ -72,6 +73,9 @@ def test_suite_tasks_equal_dm_control(domain: str, task: str) -> None:
         assert x.reward == y.reward
         flat = np.concatenate([np.ravel(v) for v in y.observation.values()]).astype(np.float32)
         np.testing.assert_array_equal(x.observation, flat)
+    # The layout users are told to follow is dm_control's own, key by key.
+    layout = tuple((k, int(np.prod(v.shape))) for k, v in theirs.observation_spec().items())
+    assert get_domain(domain).observation_layout == layout
 
 
 def _drive(domain: str, task: str, steps: int = 300):  # type: ignore[no-untyped-def]

@@ -28,7 +28,7 @@ def __getattr__(name: str) -> object:
 
 
 _API = {
-    "Demos": "rbfm.data.demos",
+    **{n: "rbfm.data.demos" for n in ("Demos", "save_demos", "load_demos")},
     **{
         n: "rbfm.api"
         for n in (
@@ -52,6 +52,8 @@ __all__ = [
     "adapt",
     "evaluate",
     "imitate",
+    "load_demos",
     "load_imitation",
     "load_model",
+    "save_demos",
 ]

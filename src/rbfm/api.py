@@ -28,6 +28,7 @@ from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError
 from rbfm.evaluation import EnvSpec, Policy, RolloutEngine, fb_policy
 from rbfm.fb.model import FBModel
+from rbfm.threads import one_torch_thread
 
 
 @dataclass
@@ -105,6 +106,7 @@ class Imitation:
         return stem.with_suffix(".json")
 
 
+@one_torch_thread
 def imitate(
     demos: Demos,
     method: str = "fbil",
@@ -139,6 +141,7 @@ def imitate(
     )
 
 
+@one_torch_thread
 def adapt(
     imitation: Imitation,
     demos: Demos,
@@ -200,6 +203,7 @@ def load_imitation(path: str | os.PathLike[str], model: Model | None = None) -> 
     return Imitation(method, domain, str(info.get("task", "")), z, model, network, 0.0, info)
 
 
+@one_torch_thread
 def evaluate(
     imitation: Imitation,
     task: str | None = None,

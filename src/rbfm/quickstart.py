@@ -24,6 +24,7 @@ from rbfm.evaluation.sweep import SweepRow, sweep, write_csv
 from rbfm.fb.checkpoint import load_checkpoint, read_meta, shipped_model
 from rbfm.methods import display_name
 from rbfm.reporting.plots import plot_sweep
+from rbfm.threads import torch_threads
 
 
 @dataclass(frozen=True)
@@ -83,12 +84,8 @@ def quickstart(cfg: QuickstartConfig, progress: bool = True) -> list[SweepRow]:
     only spin: on a 2-core machine whose other core was busy, torch's default of 2
     threads took 10m54s against 54 s on one. One thread also makes the table the same
     on every machine, whatever its core count (summation order follows the threads)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         return _quickstart(cfg, progress)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _quickstart(cfg: QuickstartConfig, progress: bool) -> list[SweepRow]:

@@ -60,6 +60,21 @@ class Demos:
             )
         obs = [np.asarray(o, np.float32) for o in observations]
         acts = [np.asarray(a, np.float32) for a in actions]
+        spec = get_domain(domain)
+        for i, (o, a) in enumerate(zip(obs, acts, strict=True)):
+            # Per episode, so that the common slips are named as such, not as totals.
+            if o.ndim != 2 or o.shape[1] != spec.obs_dim:
+                raise DatasetError(
+                    f"Demos.from_arrays: episode {i}'s observations have shape {o.shape}; "
+                    f"{domain}'s are (T+1, {spec.obs_dim}) in the layout of "
+                    "docs/demonstrations.md"
+                )
+            if len(o) != len(a) + 1:
+                raise DatasetError(
+                    f"Demos.from_arrays: episode {i} has {len(o)} observations for {len(a)} "
+                    "actions; each episode needs T+1 (the reset's first, then one after each "
+                    "action)"
+                )
         lengths = np.array([len(a) for a in acts], np.int64)
         reward = (
             np.concatenate([np.ravel(r) for r in rewards])
@@ -72,7 +87,7 @@ class Demos:
             "physics": (
                 np.concatenate([np.asarray(p, np.float64) for p in physics])
                 if physics is not None
-                else np.zeros((0, get_domain(domain).physics_dim))
+                else np.zeros((0, spec.physics_dim))
             ),
             "reward": reward,
             "lengths": lengths,
@@ -165,7 +180,11 @@ def load_demos(path: str | os.PathLike[str], domain: str | None = None) -> Demos
         with np.load(path, allow_pickle=False) as npz:
             missing = [k for k in (*_KEYS, "meta") if k not in npz.files]
             if missing:
-                raise DatasetError(f"{path}: not an rbfm demonstrations file (missing {missing})")
+                raise DatasetError(
+                    f"{path}: not an rbfm demonstrations file (missing {missing}); write "
+                    "your own arrays as one with Demos.from_arrays and save_demos "
+                    "(docs/demonstrations.md)"
+                )
             arrays = {k: np.asarray(npz[k]) for k in _KEYS}
             meta = json.loads(str(npz["meta"]))
     except DatasetError:

@@ -237,6 +237,9 @@ class DomainSpec:
 
     name: str
     obs_dim: int
+    # dm_control's observation dict in its own key order, each entry's size: the flat
+    # observation's layout (docs/demonstrations.md; tests check it against the task's).
+    observation_layout: tuple[tuple[str, int], ...]
     action_dim: int
     physics_dim: int  # length of physics.get_state(): qpos, qvel, act
     time_limit: float  # seconds; with control_timestep this gives 1000 steps
@@ -280,6 +283,7 @@ DOMAINS: dict[str, DomainSpec] = {
     "walker": DomainSpec(
         name="walker",
         obs_dim=24,
+        observation_layout=(("orientations", 14), ("height", 1), ("velocity", 9)),
         action_dim=6,
         physics_dim=18,
         time_limit=25.0,
@@ -299,6 +303,13 @@ DOMAINS: dict[str, DomainSpec] = {
     "quadruped": DomainSpec(
         name="quadruped",
         obs_dim=78,
+        observation_layout=(
+            ("egocentric_state", 44),
+            ("torso_velocity", 3),
+            ("torso_upright", 1),
+            ("imu", 6),
+            ("force_torque", 24),
+        ),
         action_dim=12,
         physics_dim=57,
         time_limit=20.0,
@@ -318,6 +329,7 @@ DOMAINS: dict[str, DomainSpec] = {
     "cheetah": DomainSpec(
         name="cheetah",
         obs_dim=17,
+        observation_layout=(("position", 8), ("velocity", 9)),
         action_dim=6,
         physics_dim=18,
         time_limit=10.0,

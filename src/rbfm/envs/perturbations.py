@@ -238,7 +238,9 @@ def listing() -> str:
     lines = []
     for name, spec in DOMAINS.items():
         lines.append(
-            f"{name}: obs {spec.obs_dim}, action {spec.action_dim}, "
+            f"{name}: obs {spec.obs_dim} ("
+            + ", ".join(f"{key} {size}" for key, size in spec.observation_layout)
+            + f"), action {spec.action_dim}, "
             f"{spec.episode_length} steps; tasks: {', '.join(spec.tasks)}"
         )
         for (domain, family), p in PERTURBATIONS.items():

@@ -165,7 +165,10 @@ def load_checkpoint(
     meta = read_meta(stem)
     weights = stem.with_suffix(".safetensors")
     if domain is not None and meta.get("domain") != domain:
-        raise CheckpointError(f"{stem}: a {meta.get('domain')} model, not {domain}")
+        raise CheckpointError(
+            f"{path}: a {meta.get('domain')} model, not {domain} (the domain of the "
+            "demonstrations or task given with it)"
+        )
     spec = get_domain(meta["domain"])
     if (meta["obs_dim"], meta["action_dim"]) != (spec.obs_dim, spec.action_dim):
         raise CheckpointError(
