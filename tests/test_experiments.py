@@ -21,7 +21,7 @@ from rbfm.errors import ConfigError
 from rbfm.experiments import LocalExecutor, from_dict, plan, read_table, run_experiment
 from rbfm.experiments.certificate import heavy_certificates, tv_certificates
 from rbfm.experiments.plan import Plan
-from rbfm.experiments.runner import Store
+from rbfm.experiments.runner import Store, pending
 from rbfm.experiments.spec import PRESETS
 from rbfm.fb import fb_config
 from rbfm.fb.checkpoint import read_meta, save_checkpoint
@@ -333,6 +333,13 @@ def test_a_killed_run_resumes_to_the_uninterrupted_table(checkpoint: str, tmp_pa
     assert not list(out.rglob(".*.part")) or all(
         p.suffix == ".part" for p in out.rglob(".*.part")
     )  # leftovers are only temporaries, never read
+
+    # A dry run reports what the killed run left, without computing anything.
+    p = plan(from_dict(data))
+    left = pending(p, out)
+    assert f" {len(finished)}/16 evaluation," in left and "100%" not in left
+    assert pending(p, tmp_path / "whole").endswith(" 100% of the estimated work")
+    assert "; 0% of" in pending(p, tmp_path / "nothing")
 
     resumed = run_experiment(from_dict(data), out, LocalExecutor(0), False, eval_batch=4)
     assert resumed.computed["eval"] == 16 - len(finished)  # nothing finished is repeated

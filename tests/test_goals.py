@@ -83,3 +83,24 @@ def test_the_figure_draws_each_range_with_the_goal_thresholds() -> None:
     line = next(x for x in table.splitlines() if x.startswith("| rnd-rand:fbil"))
     stated = line.split("|")[4].split("(")[1].rstrip(") ")
     assert [t.get_text().strip() for t in strongest.texts] == [stated]
+
+
+def test_two_experts_are_never_pooled() -> None:
+    import dataclasses
+
+    rows = _rows()
+    # The same configurations imitating a second expert, at half the return.
+    other = [
+        dataclasses.replace(r, expert="model:cheetah:cpu", mean=r.mean / 2, cell=r.cell + "b")
+        for r in rows
+    ]
+    with pytest.raises(ConfigError, match="2 experts"):
+        scores(rows + other, (0,))
+    fig = goal_figure(rows + other, "rnd-v1:fbil", reps=200)
+    assert len(fig.axes) == 2 * len(RANGES)  # one row of panels per expert
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[0] == "cheetah (own): nominal"
+    assert titles[len(RANGES)] == "cheetah (model:cheetah:cpu): nominal"
+    # Each expert's row reads its own reference: the second's at half the first's.
+    ref = [float(np.asarray(ax.lines[0].get_xdata())[0]) for ax in fig.axes[:: len(RANGES)]]
+    assert ref[1] == pytest.approx(ref[0] / 2, rel=0.05)

@@ -49,7 +49,7 @@ def quickstart(args: argparse.Namespace) -> None:
 def experiment(args: argparse.Namespace) -> None:
     from rbfm.experiments import load_spec, make_executor, plan, run_experiment
     from rbfm.experiments.plan import describe
-    from rbfm.experiments.runner import EVAL_BATCH
+    from rbfm.experiments.runner import EVAL_BATCH, pending
     from rbfm.experiments.spec import with_overrides
 
     spec = with_overrides(load_spec(args.spec), args.seeds, args.episodes, args.steps)
@@ -57,9 +57,10 @@ def experiment(args: argparse.Namespace) -> None:
     checks.count("--eval-batch", eval_batch)
     out = Path(args.out or f"runs/experiments/{spec.name}")
     checks.out_dir(out)
-    print(describe(plan(spec)))  # every field checked before anything starts
+    p = plan(spec)  # every field checked before anything starts
+    print(describe(p))
     if args.dry_run:
-        return
+        return print(pending(p, out))
     executor = make_executor(args.workers, args.ray)
     print(f"running on {executor.name} into {out}")
     summary = run_experiment(spec, out, executor, progress=not args.quiet, eval_batch=eval_batch)

@@ -667,6 +667,7 @@ _STAGES: tuple[_Stage[Any, Any, Any], ...] = (
     # After the plain ones: an adapted z that is still its search's start reuses them.
     dataclasses.replace(
         _PLAIN_EVAL,
+        name="evaluation of adapted z",
         cells=lambda p: [e for e in p.evals if e.adapt is not None],
         optional=True,
         prepare=_reuse_starts,
@@ -763,6 +764,24 @@ def run_experiment(
     else:  # a run directory's table is its last plan's, as results.csv is
         (store.root / "adaptations.csv").unlink(missing_ok=True)
     return RunSummary(p, computed, skipped, time.perf_counter() - start, results, certificates)
+
+
+def pending(p: Plan, out: str | os.PathLike[str]) -> str:
+    """How many of each kind of cell a run into `out` finds done, and the share of the
+    estimated work that is (the progress bar's cost model: relative, not seconds)."""
+    store = Store(out)
+    actor = {ck: _actor_params(ck) for ck in {d.model.checkpoint for d in p.demos}}
+    parts, left, total = [], 0.0, 0.0
+    for s in _STAGES:
+        cells = s.cells(p)
+        if not cells:
+            continue
+        todo = s.todo(store, p)
+        parts.append(f"{len(cells) - len(todo)}/{len(cells)} {s.name}")
+        left += sum(cell_cost(c, actor) for c in todo)
+        total += sum(cell_cost(c, actor) for c in cells)
+    share = 100 if total == 0 else math.floor(100 * (1 - left / total))  # 100 only when all are
+    return f"done in {store.root}: {', '.join(parts)}; {share}% of the estimated work"
 
 
 def collect_rows(store: Store, p: Plan) -> list[ResultRow]:

@@ -424,6 +424,17 @@ PRESETS: dict[str, ExperimentSpec] = {
         methods=_methods(*FB_METHODS),
         **CPU_GRID,
     ),
+    # The same, one domain at a time, so that each domain's results are complete before
+    # the next domain starts.
+    **{
+        f"shift-{domain}": ExperimentSpec(
+            name=f"shift-{domain}",
+            models=_shift_models(domain),
+            methods=_methods(*FB_METHODS),
+            **CPU_GRID,
+        )
+        for domain in SHIFT_DOMAINS
+    },
     # Its FB-IL cells on the noisy demonstrations: what the goal reads, first.
     **{
         f"shift-fbil-{domain}": ExperimentSpec(

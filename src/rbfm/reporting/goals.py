@@ -58,9 +58,22 @@ def configs(rows: Sequence[ResultRow]) -> list[str]:
     return list(dict.fromkeys(f"{r.dataset}:{r.label}" for r in rows))
 
 
+def groups(rows: Sequence[ResultRow]) -> dict[str, list[ResultRow]]:
+    """The rows by domain and, where they hold several expert sources, by expert: two
+    experts' demonstrations are two questions, never pooled."""
+    several = len({r.expert for r in rows}) > 1
+    out: dict[str, list[ResultRow]] = {}
+    for r in rows:
+        out.setdefault(f"{r.domain} ({r.expert})" if several else r.domain, []).append(r)
+    return out
+
+
 def scores(rows: Sequence[ResultRow], indices: tuple[int, ...]) -> dict[str, np.ndarray]:
     """Per configuration, its (seeds x combinations) matrix over the levels at `indices`;
     configurations that miss a combination another has are left out."""
+    experts = sorted({r.expert for r in rows})
+    if len(experts) > 1:
+        raise ConfigError(f"rows of {len(experts)} experts ({', '.join(experts)}): pick one")
     cells: dict[str, dict[tuple[str, str, float | None], dict[int, float]]] = {}
     for r in rows:
         if _index(r) in indices:
@@ -91,9 +104,12 @@ def _disjoint(a: Estimate, b: Estimate) -> bool:
 def goal_table(rows: Sequence[ResultRow], reference: str, reps: int = 2000) -> str:
     """Each configuration's IQM [95% CI] per range, and its ratio to `reference`'s
     (`*`: the two CIs are disjoint)."""
-    found = estimates(rows, reference, reps)
+    return _table(estimates(rows, reference, reps), configs(rows), reference)
+
+
+def _table(found: dict[str, dict[str, Estimate]], names: list[str], reference: str) -> str:
     body = []
-    for name in configs(rows):
+    for name in names:
         line = [name]
         for per in found.values():
             if name not in per or reference not in per:
@@ -144,13 +160,18 @@ def _goal_panel(
 
 
 def goal_figure(rows: Sequence[ResultRow], reference: str, reps: int = 2000) -> Figure:
-    """Per domain, a row of one panel per range measured: each configuration's IQM (tick)
-    and 95% CI (bar), the reference's IQM (solid line) and the goal's threshold where the
-    range has one (dashed), with each configuration's ratio to the reference beside its
-    bar."""
-    domains = list(dict.fromkeys(r.domain for r in rows))
-    names = configs(rows)
-    found = {d: estimates([r for r in rows if r.domain == d], reference, reps) for d in domains}
+    """Per domain (and expert, where the rows hold several), a row of one panel per range
+    measured: each configuration's IQM (tick) and 95% CI (bar), the reference's IQM (solid
+    line) and the goal's threshold where the range has one (dashed), with each
+    configuration's ratio to the reference beside its bar."""
+    found = {g: estimates(mine, reference, reps) for g, mine in groups(rows).items()}
+    return _figure(found, configs(rows), reference)
+
+
+def _figure(
+    found: dict[str, dict[str, dict[str, Estimate]]], names: list[str], reference: str
+) -> Figure:
+    domains = list(found)
     # A stage that measured some ranges only (the adaptation slices) draws those.
     titles = [t for t in RANGES if any(f[t] for f in found.values())]
     if not titles:
@@ -192,15 +213,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     rows = read_table(args.results)
     if args.expert is not None:
         rows = [r for r in rows if r.expert == args.expert]
+    split = groups(rows)
+    found = {g: estimates(mine, args.reference) for g, mine in split.items()}
     if args.figure is not None:
-        save_figure(goal_figure(rows, args.reference), Path(args.figure))
-    for domain in dict.fromkeys(r.domain for r in rows):
-        mine = [r for r in rows if r.domain == domain]
-        print(f"### {domain}, pooled over its tasks\n")
-        print(goal_table(mine, args.reference) + "\n")
+        save_figure(_figure(found, configs(rows), args.reference), Path(args.figure))
+    for group, mine in split.items():
+        print(f"### {group}, pooled over its tasks\n")
+        print(_table(found[group], configs(mine), args.reference) + "\n")
         # Pooling can cancel a gain on one task against a loss on another.
         for task in dict.fromkeys(r.task for r in mine):
-            print(f"### {domain} {task}\n")
+            print(f"### {group} {task}\n")
             print(goal_table([r for r in mine if r.task == task], args.reference) + "\n")
 
 
