@@ -251,6 +251,9 @@ def test_adapt_writes_the_chosen_z_and_says_how_it_chose(
     assert record["method"] == "fbil+implied-k2"
     assert record["adaptation"]["criterion"] == "implied"
     assert len(record["adaptation"]["implied"]) == 2
+    # The model and task are read from the files when not given.
+    assert main(["evaluate", "--z", z, out, "--episodes", "1"]) == 0
+    assert "cheetah/run, nominal: mean return" in capsys.readouterr().out
     assert main([*adapt, "--episodes", "0", "--out", str(tmp_path / "none.json")]) == 2
     assert "budget: 0 episodes" in capsys.readouterr().err
     assert not (tmp_path / "none.json").exists()

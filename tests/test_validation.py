@@ -164,6 +164,17 @@ def test_evaluate_refuses_foreign_task_vectors_and_policies(
     for name, extra, message in cases:
         _fails([*base, "--z", str(root / name), *extra], message, capsys)
         assert not out.exists()
+    # The task and model default to the files' own, where they record one between them.
+    (root / "z_walk.json").write_text(json.dumps({**z, "task": "walk"}))
+    (root / "z_run.json").write_text(json.dumps({**z, "task": "run"}))
+    files_only = ["evaluate", "--out", str(out), "--z"]
+    for zs, message in (
+        (["z_same.json"], "--task is needed: the files do not record their task"),
+        (["z_walk.json", "z_run.json"], "--task is needed: the files record run, walk"),
+        (["z_run.json"], "--checkpoint is needed: the files do not record their checkpoint"),
+    ):
+        _fails([*files_only, *(str(root / n) for n in zs)], message, capsys)
+        assert not out.exists()
     from rbfm.baselines import drbc, save_policy
 
     net = drbc.DeterministicPolicy(24, 6, (8,))

@@ -279,9 +279,22 @@ def imitate_to_file(
     )
 
 
+Loaded = tuple[str, str, torch.Tensor | None, nn.Module | None, dict[str, Any]]
+
+
+def _agreed(loaded: list[Loaded], key: str, option: str) -> str:
+    """The `key` every file records (its task, the model it was inferred for), or an
+    error asking for `option` where they record none or several."""
+    found = sorted({str(info[key]) for *_, info in loaded if info.get(key) is not None})
+    if len(found) != 1:
+        recorded = f"record {', '.join(found)}" if found else f"do not record their {key}"
+        raise ConfigError(f"{option} is needed: the files {recorded}")
+    return found[0]
+
+
 def evaluate_files(
     paths: list[str],
-    task: str,
+    task: str | None = None,
     checkpoint: str | None = None,
     perturbation: str | None = None,
     levels: list[float] | None = None,
@@ -290,19 +303,23 @@ def evaluate_files(
     cross_task: bool = False,
     device: str | None = None,
     progress: bool = False,
-) -> tuple[str, list[SweepRow]]:
+) -> tuple[str, str, list[SweepRow]]:
     """Task-vector and policy files from `rbfm infer`, evaluated together under a sweep
-    (every file's episode k from the same initial state): (domain, rows in the paper's
-    method order). Refused before any rollout: files of different domains, a task vector
-    of another model, a file inferred for another task (unless `cross_task`), levels
-    outside the family's range."""
+    (every file's episode k from the same initial state): (domain, task, rows in the
+    paper's method order). The task and the model default to those the files were
+    inferred for, where they agree. Refused before any rollout: files of different
+    domains, a task vector of another model, a file inferred for another task (unless
+    `cross_task`), levels outside the family's range."""
     checks.count("episodes", episodes)
+    loaded: list[Loaded] = [(str(path), *load_any(path)) for path in paths]
+    task = task or _agreed(loaded, "task", "--task")
+    if checkpoint is None and any(z is not None for _, _, z, _, _ in loaded):
+        checkpoint = _agreed([e for e in loaded if e[2] is not None], "checkpoint", "--checkpoint")
     meta = None if checkpoint is None else read_meta(checkpoint)
     zs, policies, domains = [], [], set()
     if meta is not None:  # a policy of another domain than the model's is refused too
         domains.add(meta["domain"])
-    for path in paths:
-        method, z, module, info = load_any(path)
+    for path, method, z, module, info in loaded:
         if module is not None:
             policies.append((method, as_policy(module)))
         else:
@@ -324,8 +341,7 @@ def evaluate_files(
     policies.sort(key=lambda e: rank.get(e[0], len(NAMES)))
     model, domain = None, str(next(iter(domains)))
     if zs:
-        if checkpoint is None:
-            raise ConfigError("--checkpoint is needed to evaluate task vectors")
+        assert checkpoint is not None
         model, meta = load_checkpoint(checkpoint, device=device)
         domains.add(meta["domain"])
         domain = meta["domain"]
@@ -357,7 +373,7 @@ def evaluate_files(
         policies=policies,
         progress=progress,
     )
-    return domain, rows
+    return domain, task, rows
 
 
 def render_files(

@@ -130,9 +130,9 @@ def adapt(args: argparse.Namespace) -> None:
 @command(
     "evaluate",
     "evaluate task vectors and baseline policies under a perturbation sweep",
-    checkpoint=Use(None, "the FB model of the task vectors; " + MODEL),
+    checkpoint=Use(None, "the FB model of the task vectors (default: theirs); " + MODEL),
     z=Use(REQUIRED, "files from `rbfm infer`: task vectors (.json) and baseline policies"),
-    task=Use(REQUIRED, listed("task whose reward scores the episodes", "tasks")),
+    task=Use(None, listed("task whose reward scores the episodes (default: the files')", "tasks")),
     perturbation=Use(None, listed("family (default: nominal only)", "families")),
     levels=None,
     episodes=Use(10, "episodes per task vector and level"),
@@ -147,17 +147,17 @@ def evaluate(args: argparse.Namespace) -> None:
 
     checks.count("--episodes", args.episodes)
     checks.out_file(args.out)
-    domain, rows = evaluate_files(
+    domain, task, rows = evaluate_files(
         args.z, args.task, args.checkpoint, args.perturbation, args.levels, args.episodes,
         args.seed, args.cross_task, args.device, progress=True,
     )  # fmt: skip
     dynamics = args.perturbation or "nominal"
-    print(f"{domain}/{args.task}, {dynamics}: mean return +- 95% CI ({args.episodes} episodes")
+    print(f"{domain}/{task}, {dynamics}: mean return +- 95% CI ({args.episodes} episodes")
     print("per task vector; across a method's task vectors, the 'seeds', else its episodes)")
     print(sweep_table(rows))
     if args.out:
         family = args.perturbation or "none"
-        write_csv(args.out, rows, {"domain": domain, "task": args.task, "perturbation": family})
+        write_csv(args.out, rows, {"domain": domain, "task": task, "perturbation": family})
         print(f"wrote {args.out}")
 
 
