@@ -4,6 +4,7 @@ adapted under a perturbation."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -67,6 +68,16 @@ def test_the_api_refuses_what_it_cannot_use(model: rbfm.Model) -> None:
         rbfm.Demos.from_arrays("cheetah", "run", [np.zeros((3, 17))], [np.full((2, 6), 2.0)])
     with pytest.raises(DatasetError, match=r"episode 0's observations have shape \(3, 16\)"):
         rbfm.Demos.from_arrays("cheetah", "run", [np.zeros((3, 16))], [np.zeros((2, 6))])
+    # Per episode: totals that match can hide episodes that do not.
+    obs, acts = [np.zeros((3, 17))] * 2, [np.zeros((2, 6))] * 2
+    with pytest.raises(DatasetError, match="episode 1's actions have shape"):
+        rbfm.Demos.from_arrays("cheetah", "run", obs, [acts[0], np.zeros((2, 5))])
+    with pytest.raises(DatasetError, match="episode 0 has 3 rewards for 2 actions"):
+        rbfm.Demos.from_arrays("cheetah", "run", obs, acts, rewards=[np.ones(3), np.ones(1)])
+    with pytest.raises(DatasetError, match="1 reward sequences for 2 episodes"):
+        rbfm.Demos.from_arrays("cheetah", "run", obs, acts, rewards=[np.ones(4)])
+    with pytest.raises(DatasetError, match="episode 0 has 4 physics states for 3"):
+        rbfm.Demos.from_arrays("cheetah", "run", obs, acts, physics=[np.zeros((4, 18))] * 2)
     # The commonest slip, T observations for T actions, named per episode.
     with pytest.raises(DatasetError, match="episode 1 has 2 observations for 2 actions; each"):
         rbfm.Demos.from_arrays(
@@ -87,10 +98,23 @@ def test_api_calls_run_on_one_thread_and_restore_the_caller_s(
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
         inside()
         assert seen == [1] and torch.get_num_threads() == 2
+        # An API call: one thread inside, the caller's count back after, also on an error.
+        import rbfm.inference
+
+        infer, during = rbfm.inference.infer, []
+
+        def spy(*args: Any, **kwargs: Any) -> Any:
+            during.append(torch.get_num_threads())
+            return infer(*args, **kwargs)
+
+        monkeypatch.setattr(rbfm.inference, "infer", spy)
+        rbfm.imitate(_demos(), "fbil", model, steps=5)
+        assert during == [1] and torch.get_num_threads() == 2
+        with pytest.raises(ZeroDivisionError):
+            one_torch_thread(lambda: 1 / 0)()
+        assert torch.get_num_threads() == 2
         monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's choice wins
         inside()
         assert seen == [1, 2]
-        rbfm.imitate(_demos(), "fbil", model, steps=5)
-        assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)

@@ -9,7 +9,12 @@ import pytest
 import torch
 
 from rbfm.fb import FBModel, fb_config
-from rbfm.fb.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from rbfm.fb.checkpoint import (
+    CheckpointError,
+    load_checkpoint,
+    recorded_name,
+    save_checkpoint,
+)
 
 
 @pytest.fixture
@@ -220,3 +225,11 @@ def test_a_domain_name_names_the_shipped_model(
         resolve("walker:proto")
     (tmp_path / "walker").mkdir()  # a run directory of that name comes first
     assert resolve("walker") == Path("walker") / "best"
+
+
+def test_files_record_a_model_that_any_directory_finds_again(
+    saved: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(saved.parent)
+    assert recorded_name(saved.name) == str(saved / "best")  # a run directory, made absolute
+    assert recorded_name("cheetah:rnd-v1") == "cheetah:rnd-v1"  # a shipped name, as given

@@ -668,6 +668,12 @@ def test_the_grid_stages_are_slices_of_the_grid() -> None:
     # The grid runs as one stage per domain: together they are the grid.
     parts = [_ids(plan(PRESETS[f"grid-{d}"])) for d in ("walker", "quadruped", "cheetah")]
     assert set().union(*parts) == grid and sum(map(len, parts)) == len(grid)
+    # So does `shift`, and each domain's part holds its FB-IL stage's cells.
+    shift = _ids(plan(PRESETS["shift"]))
+    parts = [_ids(plan(PRESETS[f"shift-{d}"])) for d in ("walker", "quadruped", "cheetah")]
+    assert set().union(*parts) == shift and sum(map(len, parts)) == len(shift)
+    for d, part in zip(("walker", "quadruped", "cheetah"), parts, strict=True):
+        assert _ids(plan(PRESETS[f"shift-fbil-{d}"])) <= part
     # datasize and sources share their walker:rnd-1m flip cells under joint friction.
     shared = _ids(plan(PRESETS["datasize"])) & _ids(plan(PRESETS["sources"]))
     assert len(shared) == 2 * (1 + 15 + 6 * 15 + 6)  # per expert: demos, infers, evals, ceilings

@@ -71,6 +71,8 @@ def _fails(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) ->
         ({"observation": "inf"}, "observation holds NaN or infinite values"),
         ({"action": "big"}, "actions must lie in [-1, 1]"),
         ({"reward": "short"}, "reward has shape"),
+        # Fractional lengths would silently shift every episode's boundary.
+        ({"lengths": "float"}, "lengths must be a 1-d array of integers; found float64"),
     ],
 )
 def test_bad_demonstration_files(tmp_path: Path, change: dict[str, str], message: str) -> None:
@@ -83,6 +85,8 @@ def test_bad_demonstration_files(tmp_path: Path, change: dict[str, str], message
         arr[5, 1] = np.inf
     elif kind == "big":
         arr[2, 2] = 1.5
+    elif kind == "float":
+        arr = arr + 0.5
     else:
         arr = arr[:-1]
     path = save_demos(tmp_path / "bad.npz", dataclasses.replace(d, **{key: arr}))
@@ -167,11 +171,17 @@ def test_evaluate_refuses_foreign_task_vectors_and_policies(
     # The task and model default to the files' own, where they record one between them.
     (root / "z_walk.json").write_text(json.dumps({**z, "task": "walk"}))
     (root / "z_run.json").write_text(json.dumps({**z, "task": "run"}))
+    far = {**z, "task": "run", "model_sha256": model_sha, "checkpoint": "elsewhere/model"}
+    (root / "z_far.json").write_text(json.dumps(far))
+    (root / "z_two.json").write_text(json.dumps({**far, "model_sha256": "0" * 64}))
     files_only = ["evaluate", "--out", str(out), "--z"]
     for zs, message in (
         (["z_same.json"], "--task is needed: the files do not record their task"),
         (["z_walk.json", "z_run.json"], "--task is needed: the files record run, walk"),
-        (["z_run.json"], "--checkpoint is needed: the files do not record their checkpoint"),
+        (["z_run.json"], "--checkpoint is needed: the files do not record their model"),
+        (["z_run.json", "z_other.json"], "--checkpoint is needed: the files do not record"),
+        (["z_far.json"], "z_far.json records the model elsewhere/model, which cannot be read"),
+        (["z_far.json", "z_two.json"], "--checkpoint is needed: the files record 2 models"),
     ):
         _fails([*files_only, *(str(root / n) for n in zs)], message, capsys)
         assert not out.exists()

@@ -27,6 +27,7 @@ from rbfm import EVAL_SEED
 from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError
 from rbfm.evaluation import EnvSpec, Policy, RolloutEngine, fb_policy
+from rbfm.fb.checkpoint import recorded_name
 from rbfm.fb.model import FBModel
 from rbfm.threads import one_torch_thread
 
@@ -98,7 +99,8 @@ class Imitation:
         meta = {"method": self.method, "domain": self.domain, "task": self.task}
         if self.z is not None:
             assert self.model is not None
-            sha = {"model_sha256": self.model.meta["sha256"], "checkpoint": self.model.name}
+            name = recorded_name(self.model.name)
+            sha = {"model_sha256": self.model.meta["sha256"], "checkpoint": name}
             return save_z(Path(path), self.z, meta | sha | (self.info or {}))
         assert self.network is not None
         stem = Path(path).with_suffix("")

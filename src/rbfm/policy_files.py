@@ -24,10 +24,10 @@ from rbfm.baselines import BaselineResult, as_policy, load_policy, train_baselin
 from rbfm.baselines.common import FORMAT as POLICY_FORMAT
 from rbfm.data.demos import Demos
 from rbfm.envs import TASKS, checked_tasks, get_perturbation
-from rbfm.errors import ConfigError
+from rbfm.errors import ConfigError, RbfmError
 from rbfm.evaluation.rollout import EnvSpec
 from rbfm.evaluation.sweep import SweepRow, sweep
-from rbfm.fb.checkpoint import load_checkpoint, read_meta
+from rbfm.fb.checkpoint import load_checkpoint, read_meta, recorded_name
 from rbfm.fb.model import FBModel
 from rbfm.inference import InferenceResult, infer, method_config
 from rbfm.inference.adapt import CRITERION_LABELS, AdaptConfig, adapt
@@ -139,7 +139,7 @@ def infer_to_file(
         "domain": demos.domain,
         "task": demos.task,
         **(described or {}),
-        "checkpoint": str(checkpoint),
+        "checkpoint": recorded_name(checkpoint),
         "model_sha256": model_meta["sha256"],
         "settings": settings,
         "overrides": overrides,
@@ -292,6 +292,25 @@ def _agreed(loaded: list[Loaded], key: str, option: str) -> str:
     return found[0]
 
 
+def _recorded_model(vectors: list[Loaded]) -> tuple[str, dict[str, Any]]:
+    """The model the task vectors were inferred with, where they agree on one (by its
+    contents: one model may be recorded under several names) and record where it is."""
+    models = {e[-1].get("model_sha256") for e in vectors}
+    recorded = [e for e in vectors if e[-1].get("checkpoint")]
+    if None in models or not recorded:
+        raise ConfigError("--checkpoint is needed: the files do not record their model")
+    if len(models) > 1:
+        raise ConfigError(f"--checkpoint is needed: the files record {len(models)} models")
+    path, *_, info = recorded[0]
+    try:
+        return str(info["checkpoint"]), read_meta(info["checkpoint"])
+    except RbfmError as e:
+        raise ConfigError(
+            f"{path} records the model {info['checkpoint']}, which cannot be read: pass "
+            f"--checkpoint ({e})"
+        ) from e
+
+
 def evaluate_files(
     paths: list[str],
     task: str | None = None,
@@ -313,9 +332,11 @@ def evaluate_files(
     checks.count("episodes", episodes)
     loaded: list[Loaded] = [(str(path), *load_any(path)) for path in paths]
     task = task or _agreed(loaded, "task", "--task")
-    if checkpoint is None and any(z is not None for _, _, z, _, _ in loaded):
-        checkpoint = _agreed([e for e in loaded if e[2] is not None], "checkpoint", "--checkpoint")
-    meta = None if checkpoint is None else read_meta(checkpoint)
+    meta = None
+    if checkpoint is not None:
+        meta = read_meta(checkpoint)
+    elif any(z is not None for _, _, z, _, _ in loaded):
+        checkpoint, meta = _recorded_model([e for e in loaded if e[2] is not None])
     zs, policies, domains = [], [], set()
     if meta is not None:  # a policy of another domain than the model's is refused too
         domains.add(meta["domain"])

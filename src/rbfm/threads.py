@@ -2,7 +2,9 @@
 baselines' training, rollouts): more threads only spin, 2.4x slower on two threads of a
 busy 2-core machine (docs/reference.md). The command line sets it for its whole process;
 the Python API for the duration of each call, restoring the caller's setting after.
-`OMP_NUM_THREADS`, when set, is the user's choice and wins.
+`OMP_NUM_THREADS`, when set, is the user's choice and wins (but in the quickstart, whose
+table is the same on every machine only on one thread). The count is the process's: API
+calls made at once from several Python threads may restore it in the wrong order.
 """
 
 from __future__ import annotations

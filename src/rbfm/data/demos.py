@@ -22,9 +22,50 @@ import numpy as np
 
 from rbfm.atomic import atomic_write
 from rbfm.envs import get_domain
+from rbfm.envs.domains import DomainSpec
 from rbfm.errors import ConfigError, DatasetError
 
 _KEYS = ("observation", "action", "physics", "reward", "lengths", "returns")
+
+
+def _check_episodes(
+    spec: DomainSpec,
+    obs: list[np.ndarray],
+    acts: list[np.ndarray],
+    rewards: Sequence[np.ndarray] | None,
+    physics: Sequence[np.ndarray] | None,
+) -> None:
+    """Each episode's arrays against each other and the domain, so that the common slips
+    are named per episode (a total that matches can hide two that do not)."""
+    where = "Demos.from_arrays"
+    for name, given in (("reward", rewards), ("physics", physics)):
+        if given is not None and len(given) != len(acts):
+            raise DatasetError(f"{where}: {len(given)} {name} sequences for {len(acts)} episodes")
+    for i, (o, a) in enumerate(zip(obs, acts, strict=True)):
+        if o.ndim != 2 or o.shape[1] != spec.obs_dim:
+            raise DatasetError(
+                f"{where}: episode {i}'s observations have shape {o.shape}; {spec.name}'s "
+                f"are (T+1, {spec.obs_dim}) in the layout of docs/demonstrations.md"
+            )
+        if a.ndim != 2 or a.shape[1] != spec.action_dim:
+            raise DatasetError(
+                f"{where}: episode {i}'s actions have shape {a.shape}; {spec.name}'s are "
+                f"(T, {spec.action_dim})"
+            )
+        if len(o) != len(a) + 1:
+            raise DatasetError(
+                f"{where}: episode {i} has {len(o)} observations for {len(a)} actions; each "
+                "episode needs T+1 (the reset's first, then one after each action)"
+            )
+        if rewards is not None and np.size(rewards[i]) != len(a):
+            raise DatasetError(
+                f"{where}: episode {i} has {np.size(rewards[i])} rewards for {len(a)} actions"
+            )
+        if physics is not None and len(physics[i]) != len(o):
+            raise DatasetError(
+                f"{where}: episode {i} has {len(physics[i])} physics states for {len(o)} "
+                "observations"
+            )
 
 
 @dataclass(frozen=True)
@@ -61,20 +102,7 @@ class Demos:
         obs = [np.asarray(o, np.float32) for o in observations]
         acts = [np.asarray(a, np.float32) for a in actions]
         spec = get_domain(domain)
-        for i, (o, a) in enumerate(zip(obs, acts, strict=True)):
-            # Per episode, so that the common slips are named as such, not as totals.
-            if o.ndim != 2 or o.shape[1] != spec.obs_dim:
-                raise DatasetError(
-                    f"Demos.from_arrays: episode {i}'s observations have shape {o.shape}; "
-                    f"{domain}'s are (T+1, {spec.obs_dim}) in the layout of "
-                    "docs/demonstrations.md"
-                )
-            if len(o) != len(a) + 1:
-                raise DatasetError(
-                    f"Demos.from_arrays: episode {i} has {len(o)} observations for {len(a)} "
-                    "actions; each episode needs T+1 (the reset's first, then one after each "
-                    "action)"
-                )
+        _check_episodes(spec, obs, acts, rewards, physics)
         lengths = np.array([len(a) for a in acts], np.int64)
         reward = (
             np.concatenate([np.ravel(r) for r in rewards])
@@ -207,6 +235,11 @@ def _validated(
     spec = get_domain(domain)
     spec.reward_fn(task)  # the task must be one of the domain's
     lengths = np.asarray(arrays["lengths"])
+    if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
+        raise DatasetError(
+            f"{where}: lengths must be a 1-d array of integers; found {lengths.dtype} "
+            f"of shape {lengths.shape}"
+        )
     if len(lengths) == 0:
         raise DatasetError(f"{where}: holds no episodes")
     physics_rows = 0 if len(arrays["physics"]) == 0 else int((lengths + 1).sum())

@@ -70,6 +70,13 @@ def resolve(path: str | os.PathLike[str]) -> Path:
     return p
 
 
+def recorded_name(path: str | os.PathLike[str]) -> str:
+    """How a file records the model it was made with: a shipped model's name as given,
+    any other as its absolute stem, found again from whatever directory reads the file."""
+    stem = resolve(path)
+    return str(path) if stem.resolve().parent == ASSETS else str(stem.resolve())
+
+
 def _shipped_names() -> list[str]:
     """The names `resolve` accepts for the shipped models, each domain's default first:
     `walker`, `walker:aps`..."""
