@@ -650,7 +650,7 @@ def test_cell_ids_are_pinned() -> None:
 
 
 def _ids(p: Plan) -> set[str]:
-    return {c.id for c in [*p.demos, *p.infers, *p.evals, *p.ceilings]}
+    return {c.id for c in [*p.demos, *p.infers, *p.adapts, *p.evals, *p.ceilings]}
 
 
 def test_the_grid_stages_are_slices_of_the_grid() -> None:
@@ -674,6 +674,9 @@ def test_the_grid_stages_are_slices_of_the_grid() -> None:
     assert set().union(*parts) == shift and sum(map(len, parts)) == len(shift)
     for d, part in zip(("walker", "quadruped", "cheetah"), parts, strict=True):
         assert _ids(plan(PRESETS[f"shift-fbil-{d}"])) <= part
+    adapt = _ids(plan(PRESETS["adapt"]))
+    parts = [_ids(plan(PRESETS[f"adapt-{d}"])) for d in ("walker", "quadruped", "cheetah")]
+    assert set().union(*parts) == adapt and sum(map(len, parts)) == len(adapt)
     # datasize and sources share their walker:rnd-1m flip cells under joint friction.
     shared = _ids(plan(PRESETS["datasize"])) & _ids(plan(PRESETS["sources"]))
     assert len(shared) == 2 * (1 + 15 + 6 * 15 + 6)  # per expert: demos, infers, evals, ceilings

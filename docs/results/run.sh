@@ -31,7 +31,8 @@ declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [adapt-fbil-walker]=rnd:f
     [shift-paper-fbil-walker]=rnd:fbil [adapt-cone-s2-walker]=rnd:fbil [shift-fbil-walker]=rnd:fbil
     [shift-own-fbil-walker]=rnd:fbil [shift-paper-walker]=rnd-nominal-paper:fbil
     [shift-paper-cheetah]=rnd-nominal-paper:fbil [shift-own-paper-cheetah]=rnd-nominal-paper:fbil
-    [shift-cheetah]=rnd-v1:fbil [shift-quadruped]=rnd-v2:fbil [shift-walker]=rnd:fbil)
+    [shift-cheetah]=rnd-v1:fbil [shift-quadruped]=rnd-v2:fbil [shift-walker]=rnd:fbil
+    [adapt-walker]=rnd:fbil [adapt-quadruped]=rnd:fbil [adapt-cheetah]=rnd:fbil)
 for stage in "${stages[@]}"; do
     rbfm experiment "$stage" --out "$out" --workers "$workers" --figures
     dest="docs/results/$stage"

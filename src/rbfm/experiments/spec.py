@@ -504,6 +504,17 @@ PRESETS: dict[str, ExperimentSpec] = {
         adapt=ADAPT,
         **{**CPU_GRID, "experts": ("noisy",)},
     ),
+    # The same, one domain at a time (each domain's results complete before the next).
+    **{
+        f"adapt-{domain}": ExperimentSpec(
+            name=f"adapt-{domain}",
+            models=(ModelEntry(domain),),
+            methods=_methods("fbil", "rbfm-light"),
+            adapt=ADAPT,
+            **{**CPU_GRID, "experts": ("noisy",)},
+        )
+        for domain in ("walker", "quadruped", "cheetah")
+    },
     # Its FB-IL slice per domain, on the `cpu`-sized nominal comparison model of the
     # dynamics-diverse models (walker, cheetah:rnd-v1, quadruped:rnd-v2), at nominal and the
     # two strongest levels (what the goal reads). Same adaptation settings everywhere;
