@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "rbfm"
 # their results, then the command line.
 LAYERS: list[set[str]] = [
     {"errors"},
-    {"atomic", "checks", "device", "seeding", "progress"},
+    {"atomic", "checks", "device", "seeding", "progress", "threads"},
     {"run_identity"},
     {"envs"},
     {"data"},
