@@ -99,8 +99,8 @@ def test_two_experts_are_never_pooled() -> None:
     fig = goal_figure(rows + other, "rnd-v1:fbil", reps=200)
     assert len(fig.axes) == 2 * len(RANGES)  # one row of panels per expert
     titles = [ax.get_title() for ax in fig.axes]
-    assert titles[0] == "cheetah (own): nominal"
-    assert titles[len(RANGES)] == "cheetah (model:cheetah:cpu): nominal"
+    assert titles[0] == "cheetah (own)\nnominal"
+    assert titles[len(RANGES)] == "cheetah (model:cheetah:cpu)\nnominal"
     # Each expert's row reads its own reference: the second's at half the first's.
     ref = [float(np.asarray(ax.lines[0].get_xdata())[0]) for ax in fig.axes[:: len(RANGES)]]
     assert ref[1] == pytest.approx(ref[0] / 2, rel=0.05)

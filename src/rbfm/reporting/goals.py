@@ -187,7 +187,10 @@ def _figure(
             ax = axes[row, col]
             _goal_panel(ax, found[domain][title], names, reference, title)
             ax.set_yticks(range(len(names)), names if col == 0 else [""] * len(names), fontsize=7)
-            ax.set_title(f"{domain}: {title}", fontsize=9)
+            # A group named with its expert is too long to share a line with the range.
+            ax.set_title(
+                f"{domain}\n{title}" if "(" in domain else f"{domain}: {title}", fontsize=9
+            )
     caption = (
         "Tick: IQM of the per-seed mean returns pooled over the range's tasks, families and "
         "levels; bar: its 95% stratified-bootstrap CI. Solid line: the reference "
