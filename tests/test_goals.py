@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from matplotlib.axes import Axes
@@ -104,3 +106,17 @@ def test_two_experts_are_never_pooled() -> None:
     # Each expert's row reads its own reference: the second's at half the first's.
     ref = [float(np.asarray(ax.lines[0].get_xdata())[0]) for ax in fig.axes[:: len(RANGES)]]
     assert ref[1] == pytest.approx(ref[0] / 2, rel=0.05)
+
+
+def test_the_report_reads_each_family_apart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rbfm.experiments.table import write_table
+    from rbfm.reporting.goals import main
+
+    write_table(tmp_path / "results.csv", _rows())  # one family: joint friction
+    main([str(tmp_path / "results.csv"), "--reference", "rnd-v1:fbil"])
+    sections = capsys.readouterr().out.split("### ")
+    pooled = next(x for x in sections if x.startswith("cheetah, pooled over its tasks"))
+    family = next(x for x in sections if x.startswith("cheetah joint_friction, pooled"))
+    assert pooled.split("\n", 1)[1] == family.split("\n", 1)[1]  # the same rows, read apart

@@ -223,10 +223,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     for group, mine in split.items():
         print(f"### {group}, pooled over its tasks\n")
         print(_table(found[group], configs(mine), args.reference) + "\n")
-        # Pooling can cancel a gain on one task against a loss on another.
+        # Pooling can cancel a gain on one task (or family) against a loss on another.
         for task in dict.fromkeys(r.task for r in mine):
             print(f"### {group} {task}\n")
             print(goal_table([r for r in mine if r.task == task], args.reference) + "\n")
+        for family in dict.fromkeys(r.family for r in mine):
+            print(f"### {group} {family}, pooled over its tasks\n")
+            print(goal_table([r for r in mine if r.family == family], args.reference) + "\n")
 
 
 if __name__ == "__main__":
