@@ -17,12 +17,13 @@ import pytest
 import torch
 
 from rbfm.data.demos import load_demos
+from rbfm.envs import TASKS
 from rbfm.errors import ConfigError
 from rbfm.experiments import LocalExecutor, from_dict, plan, read_table, run_experiment
 from rbfm.experiments.certificate import heavy_certificates, tv_certificates
 from rbfm.experiments.plan import Plan
 from rbfm.experiments.runner import Store, pending
-from rbfm.experiments.spec import PRESETS
+from rbfm.experiments.spec import PRESETS, with_overrides
 from rbfm.fb import fb_config
 from rbfm.fb.checkpoint import read_meta, save_checkpoint
 from rbfm.fb.model import FBModel
@@ -689,6 +690,22 @@ def test_the_grid_stages_are_slices_of_the_grid() -> None:
         ("cheetah", "model:cheetah:rnd-v1"),
     }
     assert (len(independent.infers), len(independent.evals)) == (90, 1620)
+
+
+@pytest.mark.parametrize("name", ["shift-quadruped", "adapt"])
+def test_task_slices_partition_a_stage(name: str) -> None:
+    """`rbfm experiment STAGE --tasks T` (run.sh's STAGE@T) runs a long stage a task at a
+    time: the slices' cells are the stage's, each exactly once, and an unknown task is
+    refused with the stage's tasks named."""
+    spec = PRESETS[name]
+    whole = _ids(plan(spec))
+    tasks = sorted({t for m in spec.models for t in (m.tasks or TASKS[m.domain])})
+    parts = [_ids(plan(with_overrides(spec, tasks=(t,)))) for t in tasks]
+    assert set().union(*parts) == whole and sum(map(len, parts)) == len(whole)
+    pair = _ids(plan(with_overrides(spec, tasks=(tasks[0], tasks[1]))))
+    assert pair == parts[0] | parts[1]
+    with pytest.raises(ConfigError, match=r"--tasks: backflip not in .*\(.*walk"):
+        with_overrides(spec, tasks=("walk", "backflip"))
 
 
 @pytest.mark.parametrize("name", list(PRESETS))

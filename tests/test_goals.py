@@ -120,3 +120,26 @@ def test_the_report_reads_each_family_apart(
     pooled = next(x for x in sections if x.startswith("cheetah, pooled over its tasks"))
     family = next(x for x in sections if x.startswith("cheetah joint_friction, pooled"))
     assert pooled.split("\n", 1)[1] == family.split("\n", 1)[1]  # the same rows, read apart
+
+
+def test_a_stage_run_a_task_at_a_time_reads_as_the_whole(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """run.sh's STAGE@TASK parts: the report over the parts' results.csv equals the report
+    over one file of all their rows, and a cell in two files is refused."""
+    from dataclasses import replace
+
+    from rbfm.experiments.table import write_table
+    from rbfm.reporting.goals import main
+
+    run = _rows()
+    walk = [replace(r, task="walk", cell=r.cell + "w") for r in run]
+    write_table(tmp_path / "all.csv", run + walk)
+    write_table(tmp_path / "run.csv", run)
+    write_table(tmp_path / "walk.csv", walk)
+    main([str(tmp_path / "all.csv"), "--reference", "rnd-v1:fbil"])
+    whole = capsys.readouterr().out
+    main([str(tmp_path / "run.csv"), str(tmp_path / "walk.csv"), "--reference", "rnd-v1:fbil"])
+    assert capsys.readouterr().out == whole and "### cheetah walk" in whole
+    with pytest.raises(ConfigError, match=r"run cell rnd-v100 is also in .*all.csv"):
+        main([str(tmp_path / "all.csv"), str(tmp_path / "run.csv"), "--reference", "rnd-v1:fbil"])

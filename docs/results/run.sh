@@ -3,6 +3,7 @@
 #
 #   bash docs/results/run.sh                 # every stage, in this order
 #   bash docs/results/run.sh q1 eps          # some of them
+#   bash docs/results/run.sh shift-quadruped@walk   # one task of a stage
 #
 # Each stage is a preset of `rbfm experiment` (rbfm.experiments.spec). Cells are
 # content-addressed, so a stage reuses every cell an earlier one computed, and a run
@@ -33,9 +34,15 @@ declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [adapt-fbil-walker]=rnd:f
     [shift-paper-cheetah]=rnd-nominal-paper:fbil [shift-own-paper-cheetah]=rnd-nominal-paper:fbil
     [shift-cheetah]=rnd-v1:fbil [shift-quadruped]=rnd-v2:fbil [shift-walker]=rnd:fbil
     [adapt-walker]=rnd:fbil [adapt-quadruped]=rnd:fbil [adapt-cheetah]=rnd:fbil)
-for stage in "${stages[@]}"; do
-    rbfm experiment "$stage" --out "$out" --workers "$workers" --figures
-    dest="docs/results/$stage"
+# STAGE@TASK runs one task of a stage (`rbfm experiment STAGE --tasks TASK`, whose cells are
+# the stage's) into docs/results/STAGE/TASK/: a stage too long to finish at one sitting
+# completes a task at a time, and docs/results/STAGE/goals.md pools the tasks done so far.
+for item in "${stages[@]}"; do
+    stage=${item%@*}
+    task=""
+    if [ "$item" != "$stage" ]; then task=${item#*@}; fi
+    rbfm experiment "$stage" ${task:+--tasks "$task"} --out "$out" --workers "$workers" --figures
+    dest="docs/results/$stage${task:+/$task}"
     rm -rf "$dest"
     mkdir -p "$dest"
     cp -r "$out/figures/." "$dest/"
@@ -45,6 +52,11 @@ for stage in "${stages[@]}"; do
         python -m rbfm.reporting.goals "$out/results.csv" --reference "${reference[$stage]}" \
             --figure "$dest/goals.png" > "$dest/goals.md"
         cp "$out/adaptations.csv" "$dest/" 2>/dev/null || true
+        if [ -n "$task" ]; then
+            python -m rbfm.reporting.goals docs/results/"$stage"/*/results.csv \
+                --reference "${reference[$stage]}" --figure "docs/results/$stage/goals.png" \
+                > "docs/results/$stage/goals.md"
+        fi
     fi
     # One copy per figure: `grid` keeps only the figures its per-domain stages do not have
     # (byte-identical ones are drawn from the same rows).

@@ -71,9 +71,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"rbfm {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(
-            f"rbfm {args.command}: interrupted; rerun the same command to resume", file=sys.stderr
-        )
+        print(f"rbfm {args.command}: interrupted; rerun it to resume", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into a reader that stopped (`| head`)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -97,6 +97,7 @@ OPTIONS: dict[str, Opt] = {
     "states": Opt("initial states (episodes) per candidate z", int),
     "steps": Opt("steps", int),
     "task": Opt("task"),
+    "tasks": Opt("only these tasks, comma-separated", lambda t: tuple(t.split(","))),
     "threads": Opt("torch threads (default: torch's; resume with the same)", int),
     "title": Opt("figure title (default: derived from the inputs)"),
     "transitions": Opt("environment steps", int),

@@ -39,6 +39,7 @@ def quickstart(args: argparse.Namespace) -> None:
     workers=Use(None, "local worker processes (default: the machine's cores; 0: in this process)"),
     ray=None,
     seeds=None,
+    tasks=None,
     episodes=Use(None, "override: episodes per level"),
     steps=Use(None, "override: every method's steps"),
     eval_batch=None,
@@ -52,7 +53,7 @@ def experiment(args: argparse.Namespace) -> None:
     from rbfm.experiments.runner import EVAL_BATCH, pending
     from rbfm.experiments.spec import with_overrides
 
-    spec = with_overrides(load_spec(args.spec), args.seeds, args.episodes, args.steps)
+    spec = with_overrides(load_spec(args.spec), args.seeds, args.episodes, args.steps, args.tasks)
     eval_batch = EVAL_BATCH if args.eval_batch is None else args.eval_batch
     checks.count("--eval-batch", eval_batch)
     out = Path(args.out or f"runs/experiments/{spec.name}")

@@ -700,9 +700,11 @@ def with_overrides(
     seeds: int | None = None,
     episodes: int | None = None,
     steps: int | None = None,
+    tasks: tuple[str, ...] | None = None,
 ) -> ExperimentSpec:
-    """The spec with fewer seeds, other episode counts or step counts (command-line knobs)."""
-    out = spec
+    """The spec with fewer seeds, other episode counts or step counts, or some of its
+    tasks only (command-line knobs)."""
+    out = spec if tasks is None else only_tasks(spec, tasks)
     if seeds is not None:
         out = dataclasses.replace(out, seeds=tuple(range(seeds)))
     if episodes is not None:
@@ -716,6 +718,26 @@ def with_overrides(
             ),
         )
     return out
+
+
+def only_tasks(spec: ExperimentSpec, tasks: tuple[str, ...]) -> ExperimentSpec:
+    """The spec's cells of these tasks only: a slice whose cells are the whole spec's
+    (cell ids do not depend on the spec), so that a long stage can run a task at a time
+    and its slices' results together are the stage's."""
+    from rbfm.envs import TASKS
+
+    models = []
+    for m in spec.models:
+        own = [t for t in (m.tasks or TASKS[m.domain]) if t in tasks]
+        if own:
+            models.append(dataclasses.replace(m, tasks=tuple(own)))
+    found = {t for m in models for t in m.tasks}
+    if missing := [t for t in tasks if t not in found]:
+        offered = sorted({t for m in spec.models for t in (m.tasks or TASKS[m.domain])})
+        raise ConfigError(
+            f"--tasks: {', '.join(missing)} not in {spec.name}'s tasks ({', '.join(offered)})"
+        )
+    return dataclasses.replace(spec, models=tuple(models))
 
 
 def pick_levels(levels: tuple[float, ...], k: int) -> tuple[float, ...]:

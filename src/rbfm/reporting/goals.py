@@ -61,7 +61,7 @@ def configs(rows: Sequence[ResultRow]) -> list[str]:
 def groups(rows: Sequence[ResultRow]) -> dict[str, list[ResultRow]]:
     """The rows by domain and, where they hold several expert sources, by expert: two
     experts' demonstrations are two questions, never pooled."""
-    several = len({r.expert for r in rows}) > 1
+    several = several_experts(rows)
     out: dict[str, list[ResultRow]] = {}
     for r in rows:
         out.setdefault(f"{r.domain} ({r.expert})" if several else r.domain, []).append(r)
@@ -165,11 +165,18 @@ def goal_figure(rows: Sequence[ResultRow], reference: str, reps: int = 2000) -> 
     line) and the goal's threshold where the range has one (dashed), with each
     configuration's ratio to the reference beside its bar."""
     found = {g: estimates(mine, reference, reps) for g, mine in groups(rows).items()}
-    return _figure(found, configs(rows), reference)
+    return _figure(found, configs(rows), reference, several_experts(rows))
+
+
+def several_experts(rows: Sequence[ResultRow]) -> bool:
+    return len({r.expert for r in rows}) > 1
 
 
 def _figure(
-    found: dict[str, dict[str, dict[str, Estimate]]], names: list[str], reference: str
+    found: dict[str, dict[str, dict[str, Estimate]]],
+    names: list[str],
+    reference: str,
+    by_expert: bool,
 ) -> Figure:
     domains = list(found)
     # A stage that measured some ranges only (the adaptation slices) draws those.
@@ -188,9 +195,7 @@ def _figure(
             _goal_panel(ax, found[domain][title], names, reference, title)
             ax.set_yticks(range(len(names)), names if col == 0 else [""] * len(names), fontsize=7)
             # A group named with its expert is too long to share a line with the range.
-            ax.set_title(
-                f"{domain}\n{title}" if "(" in domain else f"{domain}: {title}", fontsize=9
-            )
+            ax.set_title(f"{domain}\n{title}" if by_expert else f"{domain}: {title}", fontsize=9)
     caption = (
         "Tick: IQM of the per-seed mean returns pooled over the range's tasks, families and "
         "levels; bar: its 95% stratified-bootstrap CI. Solid line: the reference "
@@ -206,20 +211,36 @@ def _figure(
     return fig
 
 
+def read_tables(paths: Sequence[str]) -> list[ResultRow]:
+    """The rows of several results.csv (a stage's tasks run apart); a cell in two of them
+    is refused, since pooling would count it twice."""
+    rows: list[ResultRow] = []
+    seen: dict[str, str] = {}
+    for path in paths:
+        for r in read_table(path):
+            if seen.setdefault(r.cell, path) != path:
+                raise ConfigError(f"{path}: its {r.task} cell {r.cell} is also in {seen[r.cell]}")
+            rows.append(r)
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m rbfm.reporting.goals", description=__doc__)
-    parser.add_argument("results", help="a results.csv of `rbfm experiment`")
+    parser.add_argument(
+        "results", nargs="+", help="results.csv of `rbfm experiment` (several: one stage's tasks)"
+    )
     parser.add_argument("--reference", required=True, help="DATASET:LABEL, e.g. rnd-v1:fbil")
     parser.add_argument("--expert", default=None, help="only the rows of this expert source")
     parser.add_argument("--figure", default=None, help="also draw the pooled ranges as this PNG")
     args = parser.parse_args(argv)
-    rows = read_table(args.results)
+    rows = read_tables(args.results)
     if args.expert is not None:
         rows = [r for r in rows if r.expert == args.expert]
     split = groups(rows)
     found = {g: estimates(mine, args.reference) for g, mine in split.items()}
     if args.figure is not None:
-        save_figure(_figure(found, configs(rows), args.reference), Path(args.figure))
+        figure = _figure(found, configs(rows), args.reference, several_experts(rows))
+        save_figure(figure, Path(args.figure))
     for group, mine in split.items():
         print(f"### {group}, pooled over its tasks\n")
         print(_table(found[group], configs(mine), args.reference) + "\n")
