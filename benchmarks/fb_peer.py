@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from rbfm.atomic import atomic_csv
-from rbfm.cli import parse_assignments
+from rbfm.checks import assignments
 from rbfm.data import Transitions, load_dataset
 from rbfm.device import pick_device
 from rbfm.errors import ConfigError
@@ -377,7 +377,7 @@ def main() -> None:
         eval_every=args.eval_every,
         eval_episodes=args.episodes,
         reward_samples=args.reward_samples,
-        **dict(parse_assignments(args.set)),
+        **dict(assignments(args.set)),
     )
     device = pick_device(args.device)
     ds = load_dataset(args.dataset, args.domain)

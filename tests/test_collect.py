@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from rbfm.data.exorl import KEYS, parse_name, read_episode
 from rbfm.envs import get_domain
@@ -121,9 +122,12 @@ def test_overrides_reach_the_agent_and_bind_the_collection(tmp_path: Path) -> No
     ("changes", "message"),
     [
         ({"agent": "diayn"}, "valid choices: random, rnd, aps, proto"),
-        ({"agent": "rnd", "overrides": (("width", 3),)}, r"\['width'\] not fields of the rnd"),
+        (
+            {"agent": "rnd", "overrides": (("width", 3),)},
+            r"^rnd: no field width \(valid: ",
+        ),
         ({"overrides": (("batch_size", 3),)}, "the random agent has no config"),
-        ({"transitions": 0}, "must be positive"),
+        ({"transitions": 0}, r"transitions: 0 is out of range \(valid: >= 1\)"),
         ({"domain": "hopper"}, "valid choices: walker"),
         ({"task": "flip"}, "valid choices: walk, run"),
         ({"agent": "rnd", "preset": "huge"}, "valid choices: paper, cpu, tiny"),
@@ -189,3 +193,12 @@ def test_proto_sinkhorn_balances_and_the_queue_fills() -> None:
     reward = agent._novelty(torch.randn(32, 17))
     assert reward.shape == (32, 1) and (reward >= 0).all()
     assert int(agent.proto.queue_ptr) == 16 and agent.proto.queue[:16].norm(dim=1).gt(0.99).all()
+
+
+def test_the_callers_thread_count_is_restored(tmp_path: Path) -> None:
+    """`torch_threads` applies while the explorer trains; a library caller gets its own
+    count back."""
+    before = torch.get_num_threads()
+    wanted = 2 if before == 1 else 1
+    collect(_cfg(tmp_path, "rnd", 1000, torch_threads=wanted), progress=False)
+    assert torch.get_num_threads() == before

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
 
 
 def test_readme_python_api_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -118,3 +119,14 @@ def test_the_project_speaks_of_itself_not_of_its_development() -> None:
         if pattern.search(line)
     ]
     assert not found, found
+
+
+@pytest.mark.parametrize("script", sorted((ROOT / "benchmarks").glob("*.py")), ids=lambda p: p.name)
+def test_every_benchmark_script_imports(script: Path) -> None:
+    """docs/benchmarks.md tells readers to run these: each must at least import against
+    today's package (a renamed function once broke one unnoticed)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"_bench_{script.stem}", script)
+    assert spec is not None and spec.loader is not None
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))

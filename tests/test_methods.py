@@ -56,3 +56,13 @@ def test_display_names_and_labels() -> None:
     assert display_label("fbil") == "FB-IL" and display_label("other") == "other"
     with pytest.raises(ConfigError, match="valid choices: fbil, rbfm-light"):
         get_method("gail")
+
+
+def test_an_unknown_override_names_the_method_and_its_fields() -> None:
+    """rbfm.imitate(..., eps=0.5) on FB-IL or a typo in a baseline's field: one ConfigError
+    naming the method and what it takes, not a constructor's TypeError."""
+    with pytest.raises(ConfigError, match=r"^fbil: no field eps \(valid: .*steps"):
+        inference.method_config("fbil", "default", eps=0.5)
+    with pytest.raises(ConfigError, match=r"^drbc: no field bf16, stepz \(valid: .*steps"):
+        baselines.baseline_config("drbc", "cpu", "walker", {"stepz": 1, "bf16": True})
+    assert inference.method_config("rbfm-light", "default", eps=0.5).eps == 0.5

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -69,7 +70,10 @@ def _fails(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) ->
     [
         ({"action": "nan"}, "action holds NaN or infinite values"),
         ({"observation": "inf"}, "observation holds NaN or infinite values"),
-        ({"action": "big"}, "actions must lie in [-1, 1]"),
+        (
+            {"action": "big"},
+            "actions must lie in [-1, 1] (the environments' bounds); episode 2 holds 1.5",
+        ),
         ({"reward": "short"}, "reward has shape"),
         # Fractional lengths would silently shift every episode's boundary.
         ({"lengths": "float"}, "lengths must be a 1-d array of integers; found float64"),
@@ -84,13 +88,13 @@ def test_bad_demonstration_files(tmp_path: Path, change: dict[str, str], message
     elif kind == "inf":
         arr[5, 1] = np.inf
     elif kind == "big":
-        arr[2, 2] = 1.5
+        arr[45, 2] = 1.5  # step 5 of the third episode
     elif kind == "float":
         arr = arr + 0.5
     else:
         arr = arr[:-1]
     path = save_demos(tmp_path / "bad.npz", dataclasses.replace(d, **{key: arr}))
-    with pytest.raises(DatasetError, match=message.replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(DatasetError, match=re.escape(message)):
         load_demos(path)
 
 
@@ -156,12 +160,12 @@ def test_evaluate_refuses_foreign_task_vectors_and_policies(
         ("z_short.json", [], "a 3-dim task vector, but the model's z has"),
         ("z_nan.json", [], "must be a finite 1-d list"),
         ("z_walker.json", [], "a walker task vector, but the model is a cheetah model"),
-        ("z_same.json", ["--task", "flip"], "--task: unknown cheetah task 'flip'"),
+        ("z_same.json", ["--task", "flip"], "task: unknown cheetah task 'flip'"),
         ("z_same.json", ["--perturbation", "gravity"], "gravity"),
         (
             "z_same.json",
             ["--perturbation", "joint_friction", "--levels", "0", "40"],
-            "--levels: 40.0 is outside joint_friction's range [0, 25]",
+            "level 40.0 is outside the range of cheetah/joint_friction [0, 25]",
         ),
         ("z_same.json", ["--episodes", "0"], "--episodes: 0 is out of range"),
     ]
@@ -262,3 +266,15 @@ def test_bad_outputs_and_foreign_inputs_are_refused_before_any_work(
         "different domains",
         capsys,
     )
+
+
+def test_a_family_without_a_level_names_what_would_do() -> None:
+    """rbfm.evaluate(im, perturbation="joint_friction") and its kin: the family's unit and
+    sweep, or the domain's families, in the one-line error, before any environment."""
+    from rbfm.envs import make_env
+    from rbfm.evaluation import EnvSpec
+
+    with pytest.raises(ConfigError, match=r"'joint_friction' needs a level \(Nm; its sweep: 0, 5"):
+        make_env("cheetah", "run", "joint_friction")
+    with pytest.raises(ConfigError, match=r"level 3 needs .* \(walker: gravity, body_mass, joint"):
+        EnvSpec("walker", "walk", None, 3.0).checked()

@@ -192,14 +192,17 @@ def adapt(
 
 
 def load_imitation(path: str | os.PathLike[str], model: Model | None = None) -> Imitation:
-    """An imitation saved by `Imitation.save` or `rbfm infer` (a task vector needs the
-    model it was inferred for)."""
+    """An imitation saved by `Imitation.save` or `rbfm infer`. A task vector is of the
+    model it was inferred for: by default the one its file records, else `model` (both
+    checked against the weights' hash the file records)."""
     from rbfm.policy_files import check_z, load_any
 
     method, z, network, info = load_any(path)
     if z is not None:
         if model is None:
-            raise ConfigError(f"{path}: a task vector; pass the model it was inferred for")
+            if not info.get("checkpoint"):
+                raise ConfigError(f"{path}: a task vector that records no model; pass model=")
+            model = load_model(str(info["checkpoint"]))
         check_z(path, z, info, model.meta)
     domain = str(info.get("domain", model.domain if model else ""))
     return Imitation(method, domain, str(info.get("task", "")), z, model, network, 0.0, info)

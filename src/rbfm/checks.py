@@ -3,12 +3,22 @@ is built, before any compute, with the field and its valid range in the message.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rbfm.errors import ConfigError
+
+
+def known_fields(cls: type, given: Mapping[str, Any], owner: str) -> None:
+    """Refuses fields the dataclass `cls` does not have, naming the valid ones (a bare
+    TypeError from its constructor names neither the method nor what it takes)."""
+    valid = sorted(f.name for f in dataclasses.fields(cls))
+    if unknown := sorted(set(given) - set(valid)):
+        raise ConfigError(f"{owner}: no field {', '.join(unknown)} (valid: {', '.join(valid)})")
 
 
 def in_range(

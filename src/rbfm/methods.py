@@ -2,17 +2,17 @@
 
 Each entry says what a method is called (its id in files and its display name), how it
 looks in every figure, what it produces (a task vector of an FB model, or a policy
-network), its config class and named presets, and how it runs. The command line, the
-experiment specs and runner, the figures and the docs read this table; adding a method
-means adding its module and one entry here (tests/test_methods.py checks that every
-consumer agrees with it).
+network), and its config class and named presets. The command line, the experiment specs
+and runner, the figures and the docs read this table. Adding a method: its module, its
+rows in its package's tables (an FB method: `inference.METHODS` and each of
+`inference.SETTINGS`; a baseline: `baselines.BASELINES`, `POLICY_TYPES` and
+`baseline_config`), and one entry here (tests/test_methods.py checks that every consumer
+agrees with this table).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from rbfm import baselines, inference
 from rbfm.errors import unknown
@@ -28,9 +28,6 @@ class Method:
     robust: bool  # has a robustness radius eps
     colour: str
     marker: str
-    # FB methods: (model, demos, config, seed, progress) -> InferenceResult; baselines:
-    # (method, demos, preset, seed, overrides, progress, resume) -> (result, config).
-    run: Callable[..., Any]
 
     @property
     def is_fb(self) -> bool:
@@ -38,16 +35,14 @@ class Method:
 
 
 def _fb(name: str, display: str, robust: bool, colour: str, marker: str) -> Method:
-    run, config = inference.METHODS[name]
+    config = inference.METHODS[name][1]
     presets = tuple(inference.SETTINGS)
-    return Method(name, display, "fb", config, presets, robust, colour, marker, run)
+    return Method(name, display, "fb", config, presets, robust, colour, marker)
 
 
 def _baseline(name: str, display: str, config: type, colour: str, marker: str) -> Method:
     presets = ("paper", "cpu")
-    return Method(
-        name, display, "baseline", config, presets, True, colour, marker, baselines.train_baseline
-    )
+    return Method(name, display, "baseline", config, presets, True, colour, marker)
 
 
 # The paper's order, which every table and legend keeps.

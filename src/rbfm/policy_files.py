@@ -1,5 +1,6 @@
-"""Task-vector and policy files: the one home of what `rbfm infer` writes and `rbfm
-evaluate`, `rbfm render` and the experiment runner read.
+"""Task-vector and policy files, and the bodies of the commands that read or write them
+(`rbfm infer`, `adapt`, `evaluate`, `render`); the experiment runner writes its task
+vectors with `save_z`.
 
 - A task vector (FB methods): JSON with the z and its description (method, domain,
   task, the model's weights hash, settings, objective, ...).
@@ -23,7 +24,7 @@ from rbfm.atomic import atomic_write
 from rbfm.baselines import BaselineResult, as_policy, load_policy, train_baseline, write_policy
 from rbfm.baselines.common import FORMAT as POLICY_FORMAT
 from rbfm.data.demos import Demos
-from rbfm.envs import TASKS, checked_tasks, get_perturbation
+from rbfm.envs import checked_tasks, get_perturbation
 from rbfm.errors import ConfigError, RbfmError
 from rbfm.evaluation.rollout import EnvSpec
 from rbfm.evaluation.sweep import SweepRow, sweep
@@ -170,8 +171,6 @@ def adapt_to_file(
     """A task-vector file of `checkpoint` adapted (rbfm.inference.adapt) to the demos'
     task under `perturbation` at `level` (both None: nominal), written to `out` with its
     description extended by the adaptation's record; a line saying how it went."""
-    if (perturbation is None) != (level is None):
-        raise ConfigError("--perturbation and --level go together (neither: nominal)")
     env = EnvSpec(demos.domain, demos.task, perturbation, level).checked()
     model, model_meta = load_checkpoint(checkpoint, domain=demos.domain, device=device)
     z, info = load_z(z_file)
@@ -368,20 +367,11 @@ def evaluate_files(
         domain = meta["domain"]
     if len(domains) != 1:
         raise ConfigError(f"the files are for different domains: {sorted(map(str, domains))}")
-    if task not in TASKS[domain]:
-        raise ConfigError(
-            f"--task: unknown {domain} task {task!r}; valid: {', '.join(TASKS[domain])}"
-        )
+    checked_tasks(domain, [task])
     swept: list[float | None] = [None]
     if perturbation is not None:
         pert = get_perturbation(domain, perturbation)
-        swept = list(levels or pert.levels)
-        lo, hi = min(pert.levels), max(pert.levels)
-        bad = [x for x in swept if x is None or not lo <= x <= hi]
-        if bad:
-            raise ConfigError(
-                f"--levels: {bad[0]} is outside {perturbation}'s range [{lo:g}, {hi:g}]"
-            )
+        swept = [pert.check(x) for x in levels or pert.levels]
     rows = sweep(
         model,
         zs,

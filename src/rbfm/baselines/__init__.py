@@ -18,6 +18,7 @@ from torch import nn
 
 from rbfm.baselines import bedroil, drbc
 from rbfm.baselines.common import BaselineResult, load_weights, read_policy_meta, save_policy
+from rbfm.checks import known_fields
 from rbfm.data.demos import Demos
 from rbfm.errors import unknown
 from rbfm.evaluation.rollout import Policy
@@ -62,6 +63,7 @@ def baseline_config(
         base = bedroil.bedroil_config(preset)
     else:
         raise unknown("baseline", method, BASELINES)
+    known_fields(type(base), overrides or {}, method)
     return dataclasses.replace(base, **(overrides or {}))
 
 

@@ -13,10 +13,10 @@ from rbfm.quickstart import QuickstartConfig
 
 @command(
     "quickstart",
-    "the whole pipeline on cheetah in about a minute: demonstrations to a perturbation sweep",
+    "the whole pipeline on cheetah in 0.5-2.5 minutes: demonstrations to a perturbation sweep",
     "On the cpu-sized cheetah: 10 noisy demonstrations of its walk policy; FB-IL, "
     "RBFM-Light and RBFM-Heavy (3 seeds) under six joint-friction levels; the table, a "
-    "reading, OUT/sweep.csv and OUT/sweep.png (about a minute on 2 cores; docs/quickstart.md).",
+    "reading, OUT/sweep.csv and OUT/sweep.png (0.5-2.5 minutes on 2 cores; docs/quickstart.md).",
     out=Use(QuickstartConfig.out, "folder for the demonstrations, task vectors, table and plot"),
     checkpoint=Use(None, "FB model (default: the shipped cheetah:rnd-v1)"),
 )

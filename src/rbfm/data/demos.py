@@ -254,8 +254,11 @@ def _validated(
                 f"{where}: {key} has shape {arrays[key].shape}, expected {shape} "
                 f"for {len(lengths)} {spec.name} episodes"
             )
-    if (lengths < 2).any():
-        raise DatasetError(f"{where}: episodes shorter than 2 steps have no transition")
+    if (short := np.flatnonzero(lengths < 2)).size:
+        raise DatasetError(
+            f"{where}: episode {short[0]} has {lengths[short[0]]} step(s); an episode needs "
+            "at least 2 (one transition)"
+        )
     n_steps = int(lengths.sum())
     for key, n in (("reward", n_steps), ("returns", len(lengths))):
         if arrays[key].shape != (n,):
@@ -263,10 +266,13 @@ def _validated(
     for key in ("observation", "action", "physics", "reward", "returns"):
         if not np.isfinite(arrays[key]).all():
             raise DatasetError(f"{where}: {key} holds NaN or infinite values")
-    worst = float(np.abs(arrays["action"]).max())
-    if worst > 1 + 1e-5:
+    size = np.abs(arrays["action"]).reshape(n_steps, -1).max(1)
+    if (size > 1 + 1e-5).any():
+        step = int(size.argmax())
+        episode = int(np.searchsorted(np.cumsum(lengths), step, side="right"))
         raise DatasetError(
-            f"{where}: actions must lie in [-1, 1] (the environments' bounds); found {worst:g}"
+            f"{where}: actions must lie in [-1, 1] (the environments' bounds); episode "
+            f"{episode} holds {size[step]:g}"
         )
     return Demos(
         spec.name,

@@ -47,10 +47,6 @@ _NAME = re.compile(r"^(?P<stamp>[^_]+)_(?P<index>\d+)_(?P<length>\d+)\.npz$")
 Episode = dict[str, np.ndarray]
 
 
-def buffer_dir(root: str | os.PathLike[str], domain: str, algo: str) -> Path:
-    return Path(root) / domain / algo / "buffer"
-
-
 def episode_name(index: int, length: int, when: dt.datetime | None = None) -> str:
     """ExORL's name `<timestamp>_<index>_<length>.npz`."""
     stamp = (when or dt.datetime.now()).strftime("%Y%m%dT%H%M%S")

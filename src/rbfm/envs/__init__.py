@@ -2,7 +2,13 @@
 
 from rbfm.envs.domains import DOMAINS, TASKS, DomainSpec, checked_tasks, get_domain
 from rbfm.envs.env import RbfmEnv, flatten_observation, make_env
-from rbfm.envs.perturbations import PERTURBATIONS, Perturbation, families, get_perturbation
+from rbfm.envs.perturbations import (
+    PERTURBATIONS,
+    Perturbation,
+    check_pair,
+    families,
+    get_perturbation,
+)
 
 __all__ = [
     "DOMAINS",
@@ -11,6 +17,7 @@ __all__ = [
     "DomainSpec",
     "Perturbation",
     "RbfmEnv",
+    "check_pair",
     "checked_tasks",
     "families",
     "flatten_observation",

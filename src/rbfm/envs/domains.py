@@ -405,6 +405,6 @@ def checked_tasks(domain: str, tasks: list[str]) -> list[str]:
     for task in tasks:
         if task not in TASKS[domain]:
             raise ConfigError(
-                f"--task: unknown {domain} task {task!r}; valid: {', '.join(TASKS[domain])}"
+                f"task: unknown {domain} task {task!r}; valid: {', '.join(TASKS[domain])}"
             )
     return tasks

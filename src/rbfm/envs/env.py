@@ -13,6 +13,7 @@ from dm_env import specs
 
 from rbfm.envs.domains import RewardTask, get_domain, make_control_env
 from rbfm.envs.dynamics import Dynamics, apply_dynamics, check_dynamics
+from rbfm.envs.perturbations import check_pair
 from rbfm.errors import ConfigError
 
 
@@ -74,8 +75,7 @@ class RbfmEnv(dm_env.Environment):  # type: ignore[misc]
     ) -> None:
         spec = get_domain(domain)
         spec.reward_fn(task)  # validates the task name before building anything
-        if (perturbation is None) != (level is None):
-            raise ConfigError("give both a perturbation family and a level, or neither")
+        check_pair(domain, perturbation, level)
         if dynamics is not None and perturbation is not None:
             raise ConfigError("give a perturbation family and level, or dynamics, not both")
         # One family at one level is the dynamics {family: level}.
@@ -131,8 +131,10 @@ class RbfmEnv(dm_env.Environment):  # type: ignore[misc]
         `PhysicsStep`, then the time limit, as dm_control's `control.Environment.step`
         does for rbfm's tasks (no termination, no reward colours). Read the new state with
         `observation` and `features`: the same values as `step`'s, bitwise (tested).
-        Evaluation steps thousands of environments per call; for cheetah these layers
-        cost more than the physics.
+        It is the rollout engine's step (`rbfm.evaluation.rollout`, which steps bare
+        MjData with `PhysicsStep`) for one environment, and its test against `step` is
+        what vouches for the engine's episodes: for cheetah dm_control's layers cost more
+        than the physics.
         """
         env = self._env
         env._reset_next_step = True  # until the step is known to have succeeded

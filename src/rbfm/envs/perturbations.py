@@ -230,6 +230,21 @@ def get_perturbation(domain: str, family: str) -> Perturbation:
     return PERTURBATIONS[(domain, family)]
 
 
+def check_pair(domain: str, family: str | None, level: float | None) -> None:
+    """A family and a level go together (neither: nominal physics); the level in the
+    family's range. The message names what is missing and what would do."""
+    if family is not None and level is None:
+        p = get_perturbation(domain, family)
+        sweep = ", ".join(f"{x:g}" for x in p.levels)
+        raise ConfigError(f"perturbation {family!r} needs a level ({p.unit}; its sweep: {sweep})")
+    if family is None and level is not None:
+        raise ConfigError(
+            f"level {level:g} needs a perturbation family ({domain}: {', '.join(families(domain))})"
+        )
+    if family is not None and level is not None:
+        get_perturbation(domain, family).check(level)
+
+
 def listing() -> str:
     """Every domain with its tasks, and its perturbation families: unit, the physics
     field each scales or sets, and the sweep's six levels (`rbfm envs`)."""

@@ -23,9 +23,8 @@ import numpy as np
 from dm_control.rl.control import PhysicsError
 from tqdm import tqdm
 
-from rbfm.envs import RbfmEnv, get_domain, get_perturbation, make_env
+from rbfm.envs import RbfmEnv, check_pair, get_domain, make_env
 from rbfm.envs.env import PhysicsStep
-from rbfm.errors import ConfigError
 
 # Maps the observations of the running episodes (n, obs_dim) and their indices in the
 # batch (n,) to actions (n, action_dim); the indices let one call serve episodes that
@@ -86,10 +85,7 @@ class EnvSpec:
     def checked(self) -> EnvSpec:
         """This spec, refused unless its family and level go together and the level lies
         in the family's range: before any episode is paid for."""
-        if (self.perturbation is None) != (self.level is None):
-            raise ConfigError("give a perturbation family and a level, or neither")
-        if self.perturbation is not None and self.level is not None:
-            get_perturbation(self.domain, self.perturbation).check(self.level)
+        check_pair(self.domain, self.perturbation, self.level)
         return self
 
 

@@ -1,9 +1,10 @@
 """Experiment specs: which models, tasks, perturbations, methods, seeds and episodes.
 
 A spec is a named preset (`smoke`, `cpu`, `slice`, `paper`, ...) or a TOML file with
-the same fields (TOML because Python reads it without a dependency). `validate` checks
-every field against what exists (domains, tasks, families, methods and their config
-fields, checkpoints) before any work starts, and names the field in its errors.
+the same fields (TOML because Python reads it without a dependency). Planning it
+(`rbfm.experiments.plan.plan`) checks every field against what exists (domains, tasks,
+families, methods and their config fields, checkpoints) before any work starts, and
+names the field in its errors.
 Its fields, with a tested example: docs/spec.md.
 """
 
@@ -566,15 +567,6 @@ def _str_tuple(value: Any, where: str) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _int(value: Any, where: str, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise _err(where, f"expected an integer, got {value!r}")
-    if value < low or (high is not None and value > high):
-        bound = f"{low}..{high}" if high is not None else f">= {low}"
-        raise _err(where, f"{value} is out of range (valid: {bound})")
-    return value
-
-
 def _take(table: dict[str, Any], known: set[str], where: str) -> dict[str, Any]:
     unknown = sorted(set(table) - known)
     if unknown:
@@ -604,7 +596,7 @@ def _tables(
 
 
 def from_dict(data: dict[str, Any], where: str = "spec") -> ExperimentSpec:
-    """Builds a spec from parsed TOML; types and names are checked, ranges in `validate`."""
+    """Builds a spec from parsed TOML; types and names are checked here, ranges by `plan`."""
     top = {f.name for f in dataclasses.fields(ExperimentSpec)}
     _take(data, top, where)
     for key in ("name", "models", "methods"):

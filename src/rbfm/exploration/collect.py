@@ -22,7 +22,8 @@ from __future__ import annotations
 import json
 import math
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, fields, replace
+from contextlib import nullcontext
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ import torch
 from tqdm import tqdm
 
 from rbfm.atomic import TMP_SUFFIX, atomic_write
+from rbfm.checks import known_fields
 from rbfm.data.exorl import episode_files, parse_name, read_episode, write_episode
 from rbfm.data.rollout import COLLECTION_FILE, Agent, run_episode
 from rbfm.envs import families, get_domain, make_env
@@ -42,6 +44,7 @@ from rbfm.exploration.proto import ProtoAgent, proto_config
 from rbfm.exploration.replay import EpisodeReplay
 from rbfm.exploration.rnd import RNDAgent, rnd_config
 from rbfm.run_identity import bind_identity
+from rbfm.threads import torch_threads
 
 AGENTS = ("random", "rnd", "aps", "proto")
 STATE_FILE = "collect_state.pt"
@@ -97,10 +100,7 @@ def agent_config(agent: str, preset: str, overrides: tuple[tuple[str, Any], ...]
     Fields the agent's config lacks are rejected, naming the valid ones."""
     presets = {"rnd": rnd_config, "proto": proto_config, "aps": aps_config}
     base = presets[agent](preset)
-    valid = {f.name for f in fields(base)}
-    bad = sorted({k for k, _ in overrides} - valid)
-    if bad:
-        raise ConfigError(f"--set: {bad} not fields of the {agent} config; valid: {sorted(valid)}")
+    known_fields(type(base), dict(overrides), agent)
     return replace(base, **dict(overrides))
 
 
@@ -183,16 +183,24 @@ def _save_state(path: Path, state: dict[str, Any]) -> None:
 
 
 def collect(cfg: CollectConfig, progress: bool = True) -> Path:
-    """Collects (or resumes collecting) `cfg.transitions` steps; returns the buffer directory."""
+    """Collects (or resumes collecting) `cfg.transitions` steps; returns the buffer directory.
+    The explorer trains on `cfg.torch_threads` threads when set, the caller's count
+    restored after."""
+    n = cfg.torch_threads
+    with nullcontext() if n is None or cfg.agent == "random" else torch_threads(n):
+        return _collect(cfg, progress)
+
+
+def _collect(cfg: CollectConfig, progress: bool) -> Path:
     if cfg.agent not in AGENTS:
         raise unknown("exploration agent", cfg.agent, AGENTS)
     if cfg.transitions <= 0:
-        raise ConfigError(f"--transitions must be positive, got {cfg.transitions}")
+        raise ConfigError(f"transitions: {cfg.transitions} is out of range (valid: >= 1)")
     acfg = None  # the agent's config, validated before any work
     if cfg.agent != "random":
         acfg = agent_config(cfg.agent, cfg.preset, cfg.overrides)
     elif cfg.overrides:
-        raise ConfigError("--set: the random agent has no config to change")
+        raise ConfigError("overrides: the random agent has no config to change")
     spec = get_domain(cfg.domain)
     task = cfg.identity()["task"]
     spec.reward_fn(task)
@@ -215,8 +223,6 @@ def collect(cfg: CollectConfig, progress: bool = True) -> Path:
         todo = [k for k in range(num_episodes) if k not in existing]
         step = 0
     else:
-        if cfg.torch_threads is not None:
-            torch.set_num_threads(cfg.torch_threads)
         learner = _learner(cfg, acfg, spec.obs_dim, spec.action_dim, length)
         replay = EpisodeReplay(
             max(num_episodes, len(existing)),

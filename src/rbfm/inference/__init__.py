@@ -10,6 +10,7 @@ and "paper", Tables 5-7 as the paper runs them (docs/inference.md compares them)
 from collections.abc import Callable
 from typing import Any
 
+from rbfm.checks import known_fields
 from rbfm.data.demos import Demos, load_demos, save_demos
 from rbfm.errors import unknown
 from rbfm.fb.model import FBModel
@@ -40,6 +41,7 @@ def method_config(method: str, settings: str = "default", **overrides: Any) -> A
         raise unknown("inference method", method, METHODS)
     if settings not in SETTINGS:
         raise unknown("inference settings", settings, SETTINGS)
+    known_fields(METHODS[method][1], overrides, method)
     return METHODS[method][1](**(SETTINGS[settings][method] | overrides))
 
 

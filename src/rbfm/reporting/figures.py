@@ -647,18 +647,6 @@ def iqm_figure(
     return _iqm_draw(result, rows, reps, seed)
 
 
-def plot_iqm(
-    rows: Sequence[ResultRow],
-    out: str | os.PathLike[str],
-    family: str | None = None,
-    level: float | None = None,
-    reps: int = IQM_REPS,
-    seed: int = 0,
-) -> Path:
-    """Saves `iqm_figure` as a PNG; returns its path."""
-    return save_figure(iqm_figure(rows, family, level, reps, seed), out)
-
-
 # ---------------------------------------------------------------------------------------------
 # Everything a table supports
 
