@@ -181,8 +181,10 @@ def test_out_of_range_levels_are_refused(family: str, level: float) -> None:
 
 
 def test_family_and_level_go_together() -> None:
-    with pytest.raises(ConfigError, match="both"):
+    with pytest.raises(ConfigError, match="'joint_friction' needs a level"):
         make_env("cheetah", "run", "joint_friction")
+    with pytest.raises(ConfigError, match="level 5 needs a perturbation family"):
+        make_env("cheetah", "run", None, 5.0)
 
 
 @pytest.mark.parametrize("key", PERTURBATIONS)

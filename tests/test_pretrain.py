@@ -330,7 +330,10 @@ def test_cli_pipeline_from_pretraining_to_a_sweep(
         )
         == 2
     )
-    assert "31.0 is outside actuator_strength's range [0, 30]" in capsys.readouterr().err
+    assert (
+        "level 31.0 is outside the range of cheetah/actuator_strength [0, 30]"
+        in capsys.readouterr().err
+    )
 
 
 def test_quickstart_pipeline_on_a_tiny_model(

@@ -15,7 +15,7 @@ import hashlib
 import itertools
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -315,8 +315,6 @@ def _variants(entry: MethodEntry, domain: str, where: str) -> list[Variant]:
                 )
             else:
                 cfg = dataclasses.asdict(method_config(entry.name, entry.settings, **overrides))
-        except TypeError as e:
-            raise ConfigError(f"{where}.overrides: {e}") from e
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from e
         label = "" if eps is None or len(entry.eps) == 1 else f"eps={eps:g}"
@@ -404,10 +402,39 @@ def _check_counts(spec: ExperimentSpec) -> None:
 def plan(spec: ExperimentSpec) -> Plan:
     """Every cell of the spec, in a deterministic order; validates the spec first."""
     _check_counts(spec)
-    demos: list[DemosCell] = []
-    infers: list[InferCell] = []
-    evals: list[EvalCell] = []
     models = [_model(m, i) for i, m in enumerate(spec.models)]
+    _check_models(models)
+    _check_methods(spec)
+    adapt_cfgs = [
+        _adapt_config(a, f"adapt[{j}]", {m.dataset for m in spec.models})
+        for j, a in enumerate(spec.adapt)
+    ]
+    cells = _Cells()
+    for model, entry in zip(models, spec.models, strict=True):
+        _model_cells(spec, model, entry, adapt_cfgs, cells)
+    if not cells.evals:
+        raise ConfigError("methods: no method applies to any task and family of the models")
+    # Two entries giving identical cells would be computed once and counted twice.
+    if len({i.id for i in cells.infers}) != len(cells.infers):
+        raise ConfigError("methods: two entries give the same method with the same settings")
+    if len({a.id for a in cells.adapts}) != len(cells.adapts):
+        raise ConfigError("adapt: two entries give the same adaptation")
+    ceilings = _ceilings(spec, cells) if spec.ceiling else []
+    certs = _certs(cells.infers, spec.certificate_steps)
+    return Plan(spec, cells.demos, cells.infers, cells.evals, ceilings, certs, cells.adapts)
+
+
+@dataclass
+class _Cells:
+    """The cells being planned, in the order `plan` returns them."""
+
+    demos: list[DemosCell] = field(default_factory=list)
+    infers: list[InferCell] = field(default_factory=list)
+    evals: list[EvalCell] = field(default_factory=list)
+    adapts: list[AdaptCell] = field(default_factory=list)
+
+
+def _check_models(models: list[Model]) -> None:
     first: dict[str, int] = {}
     labels: dict[tuple[str, str], int] = {}
     for m in models:
@@ -426,164 +453,145 @@ def plan(spec: ExperimentSpec) -> Plan:
                 'data label (e.g. dataset = "rnd-v1"), or its results would be pooled'
             )
         labels[m.domain, m.dataset] = m.index
-    adapt_cfgs = [
-        _adapt_config(a, f"adapt[{j}]", {m.dataset for m in spec.models})
-        for j, a in enumerate(spec.adapt)
-    ]
-    adapts: list[AdaptCell] = []
+
+
+def _check_methods(spec: ExperimentSpec) -> None:
+    """Each method entry's tasks, families and data labels are some model's."""
     all_tasks = {t for m in spec.models for t in (m.tasks or TASKS[m.domain])}
     all_families = {f for m in spec.models for f in (m.families or ())}
+    all_families |= {f for d, f in PERTURBATIONS for m in spec.models if d == m.domain}
     for j, method in enumerate(spec.methods):
         for t in method.tasks:
             if t not in all_tasks:
                 raise ConfigError(f"methods[{j}].tasks: {t!r} is not a task of any model")
         for f in method.families:
-            known = all_families | {
-                f2 for d, f2 in PERTURBATIONS for m in spec.models if d == m.domain
-            }
-            if f not in known | {NOMINAL}:
+            if f not in all_families | {NOMINAL}:
                 raise ConfigError(f"methods[{j}].families: {f!r} is not a family of any model")
         for label in method.datasets:
             if label not in {m.dataset for m in spec.models}:
                 raise ConfigError(
                     f"methods[{j}].datasets: {label!r} is not the dataset of any model"
                 )
-    for model, entry in zip(models, spec.models, strict=True):
-        where = f"models[{model.index}]"
-        tasks = _names(entry.tasks, TASKS[model.domain], f"{where}.tasks", "task")
-        missing = [t for t in tasks if t not in model.task_z]
-        if missing:
-            raise ConfigError(
-                f"{where}.checkpoint: {model.checkpoint} stores no reward-inferred z for "
-                f"{', '.join(missing)} (make it with `rbfm export`)"
-            )
-        families = _families(entry, where)
-        variants = [
-            (m, v)
-            for j, m in enumerate(spec.methods)
-            if not m.datasets or model.dataset in m.datasets
-            for v in _variants(m, model.domain, f"methods[{j}]")
-        ]
-        # A model's own expert sources replace the spec's (both checked in `_check_counts`).
-        sources, at = (
-            (entry.experts, f"{where}.experts") if entry.experts else (spec.experts, "experts")
+
+
+def _model_cells(
+    spec: ExperimentSpec,
+    model: Model,
+    entry: ModelEntry,
+    adapt_cfgs: list[dict[str, Any]],
+    cells: _Cells,
+) -> None:
+    """One model's cells: per (expert, task) its demonstrations, per method variant and
+    seed an inference, per family and level its evaluation and adaptations."""
+    where = f"models[{model.index}]"
+    tasks = _names(entry.tasks, TASKS[model.domain], f"{where}.tasks", "task")
+    missing = [t for t in tasks if t not in model.task_z]
+    if missing:
+        raise ConfigError(
+            f"{where}.checkpoint: {model.checkpoint} stores no reward-inferred z for "
+            f"{', '.join(missing)} (make it with `rbfm export`)"
         )
-        experts = [_expert(name, model, f"{at}[{k}]") for k, name in enumerate(sources)]
-        for (expert, expert_z), task in itertools.product(experts, tasks):
-            if task not in expert_z:
-                raise ConfigError(
-                    f"experts: {expert.checkpoint} stores no reward-inferred z for {task} "
-                    "(make it with `rbfm export`)"
-                )
-            d_id = cell_id(
-                "demos",
-                {
-                    "model": model.sha256,
-                    "task": task,
-                    "episodes": spec.demos,
-                    "seed": spec.demo_seed,
-                    **expert.key(task),
-                },
-            )
-            z = tuple(expert_z[task])
-            d = DemosCell(d_id, model, task, spec.demos, spec.demo_seed, expert, z)
-            demos.append(d)
-            for m_entry, variant in variants:
-                if m_entry.tasks and task not in m_entry.tasks:
-                    continue
-                fams = [f for f in families if not m_entry.families or f in m_entry.families]
-                if not fams:
-                    continue
-                for seed in spec.seeds:
-                    bf16 = spec.bf16 and variant.method not in BASELINE_METHODS
-                    i_id = cell_id(
-                        "infer",
-                        {
-                            "demos": d_id,
-                            "method": variant.method,
-                            "config": variant.config,
-                            "preset": variant.preset,
-                            "seed": seed,
-                            "num_demos": spec.num_demos,
-                            "bf16": bf16,
-                        },
-                    )
-                    inf = InferCell(i_id, d, variant, seed, spec.num_demos, bf16)
-                    infers.append(inf)
-                    for fam in fams:
-                        for level in families[fam]:
-                            e_id = cell_id(
-                                "eval",
-                                {
-                                    "infer": i_id,
-                                    "family": fam,
-                                    "level": level,
-                                    "episodes": spec.episodes,
-                                    "eval_seed": spec.eval_seed,
-                                },
-                            )
-                            evals.append(
-                                EvalCell(e_id, inf, fam, level, spec.episodes, spec.eval_seed)
-                            )
-                            for a_entry, a_cfg in zip(spec.adapt, adapt_cfgs, strict=True):
-                                if variant.method not in a_entry.methods or (
-                                    a_entry.datasets and model.dataset not in a_entry.datasets
-                                ):
-                                    continue
-                                a = _adapt_cell(inf, fam, level, a_cfg, a_entry.label)
-                                adapts.append(a)
-                                for k in a_entry.evaluate:
-                                    payload = {
-                                        "adapt": a.id,
-                                        "budget": k,
-                                        "family": fam,
-                                        "level": level,
-                                        "episodes": spec.episodes,
-                                        "eval_seed": spec.eval_seed,
-                                    }
-                                    evals.append(
-                                        EvalCell(
-                                            cell_id("eval", payload),
-                                            inf,
-                                            fam,
-                                            level,
-                                            spec.episodes,
-                                            spec.eval_seed,
-                                            a,
-                                            k,
-                                        )
-                                    )
-    if not evals:
-        raise ConfigError("methods: no method applies to any task and family of the models")
-    ceilings = [
-        CeilingCell(
-            cell_id(
-                "ceiling",
-                {
-                    "demos": d.id,
-                    "family": fam,
-                    "level": level,
-                    "episodes": spec.episodes,
-                    "eval_seed": spec.eval_seed,
-                },
-            ),
-            d,
-            fam,
-            level,
-            spec.episodes,
-            spec.eval_seed,
-        )
-        for d in demos
-        if spec.ceiling
-        for fam, level in dict.fromkeys((e.family, e.level) for e in evals if e.infer.demos is d)
+    families = _families(entry, where)
+    variants = [
+        (m, v)
+        for j, m in enumerate(spec.methods)
+        if not m.datasets or model.dataset in m.datasets
+        for v in _variants(m, model.domain, f"methods[{j}]")
     ]
-    # Two entries giving identical cells would be computed once and counted twice.
-    if len({i.id for i in infers}) != len(infers):
-        raise ConfigError("methods: two entries give the same method with the same settings")
-    if len({a.id for a in adapts}) != len(adapts):
-        raise ConfigError("adapt: two entries give the same adaptation")
-    certs = _certs(infers, spec.certificate_steps)
-    return Plan(spec, demos, infers, evals, ceilings, certs, adapts)
+    # A model's own expert sources replace the spec's (both checked in `_check_counts`).
+    sources, at = (
+        (entry.experts, f"{where}.experts") if entry.experts else (spec.experts, "experts")
+    )
+    experts = [_expert(name, model, f"{at}[{k}]") for k, name in enumerate(sources)]
+    for (expert, expert_z), task in itertools.product(experts, tasks):
+        if task not in expert_z:
+            raise ConfigError(
+                f"experts: {expert.checkpoint} stores no reward-inferred z for {task} "
+                "(make it with `rbfm export`)"
+            )
+        d_id = cell_id(
+            "demos",
+            {
+                "model": model.sha256,
+                "task": task,
+                "episodes": spec.demos,
+                "seed": spec.demo_seed,
+                **expert.key(task),
+            },
+        )
+        d = DemosCell(d_id, model, task, spec.demos, spec.demo_seed, expert, tuple(expert_z[task]))
+        cells.demos.append(d)
+        for m_entry, variant in variants:
+            if m_entry.tasks and task not in m_entry.tasks:
+                continue
+            fams = [f for f in families if not m_entry.families or f in m_entry.families]
+            for seed in spec.seeds if fams else ():
+                bf16 = spec.bf16 and variant.method not in BASELINE_METHODS
+                i_id = cell_id(
+                    "infer",
+                    {
+                        "demos": d_id,
+                        "method": variant.method,
+                        "config": variant.config,
+                        "preset": variant.preset,
+                        "seed": seed,
+                        "num_demos": spec.num_demos,
+                        "bf16": bf16,
+                    },
+                )
+                inf = InferCell(i_id, d, variant, seed, spec.num_demos, bf16)
+                cells.infers.append(inf)
+                for fam in fams:
+                    for level in families[fam]:
+                        _eval_cells(spec, inf, fam, level, adapt_cfgs, cells)
+
+
+def _eval_cells(
+    spec: ExperimentSpec,
+    inf: InferCell,
+    fam: str,
+    level: float | None,
+    adapt_cfgs: list[dict[str, Any]],
+    cells: _Cells,
+) -> None:
+    """An inference's evaluation at one (family, level), and its adaptations there with
+    the evaluation of each of their budgets."""
+    where = {"family": fam, "level": level, "episodes": spec.episodes, "eval_seed": spec.eval_seed}
+    e_id = cell_id("eval", {"infer": inf.id} | where)
+    cells.evals.append(EvalCell(e_id, inf, fam, level, spec.episodes, spec.eval_seed))
+    dataset = inf.demos.model.dataset
+    for a_entry, a_cfg in zip(spec.adapt, adapt_cfgs, strict=True):
+        if inf.variant.method not in a_entry.methods or (
+            a_entry.datasets and dataset not in a_entry.datasets
+        ):
+            continue
+        a = _adapt_cell(inf, fam, level, a_cfg, a_entry.label)
+        cells.adapts.append(a)
+        for k in a_entry.evaluate:
+            k_id = cell_id("eval", {"adapt": a.id, "budget": k} | where)
+            cells.evals.append(EvalCell(k_id, inf, fam, level, spec.episodes, spec.eval_seed, a, k))
+
+
+def _ceilings(spec: ExperimentSpec, cells: _Cells) -> list[CeilingCell]:
+    """Each demonstration set's expert, evaluated where its imitators are."""
+    out = []
+    for d in cells.demos:
+        for fam, level in dict.fromkeys(
+            (e.family, e.level) for e in cells.evals if e.infer.demos is d
+        ):
+            payload = {
+                "demos": d.id,
+                "family": fam,
+                "level": level,
+                "episodes": spec.episodes,
+                "eval_seed": spec.eval_seed,
+            }
+            out.append(
+                CeilingCell(
+                    cell_id("ceiling", payload), d, fam, level, spec.episodes, spec.eval_seed
+                )
+            )
+    return out
 
 
 def _adapt_cell(
