@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from rbfm import EVAL_SEED
-from rbfm.envs import families, get_perturbation
+from rbfm.envs import TASKS, families, get_perturbation
 from rbfm.errors import ConfigError
 from rbfm.methods import BASELINE_METHODS, FB_METHODS, NAMES
 
@@ -716,20 +716,18 @@ def only_tasks(spec: ExperimentSpec, tasks: tuple[str, ...]) -> ExperimentSpec:
     """The spec's cells of these tasks only: a slice whose cells are the whole spec's
     (cell ids do not depend on the spec), so that a long stage can run a task at a time
     and its slices' results together are the stage's."""
-    from rbfm.envs import TASKS
-
-    models = []
-    for m in spec.models:
-        own = [t for t in (m.tasks or TASKS[m.domain]) if t in tasks]
-        if own:
-            models.append(dataclasses.replace(m, tasks=tuple(own)))
-    found = {t for m in models for t in m.tasks}
-    if missing := [t for t in tasks if t not in found]:
-        offered = sorted({t for m in spec.models for t in (m.tasks or TASKS[m.domain])})
+    offers = [m.tasks or TASKS[m.domain] for m in spec.models]
+    if missing := [t for t in tasks if not any(t in own for own in offers)]:
+        offered = sorted({t for own in offers for t in own})
         raise ConfigError(
             f"--tasks: {', '.join(missing)} not in {spec.name}'s tasks ({', '.join(offered)})"
         )
-    return dataclasses.replace(spec, models=tuple(models))
+    models = tuple(
+        dataclasses.replace(m, tasks=tuple(t for t in own if t in tasks))
+        for m, own in zip(spec.models, offers, strict=True)
+        if any(t in tasks for t in own)
+    )
+    return dataclasses.replace(spec, models=models)
 
 
 def pick_levels(levels: tuple[float, ...], k: int) -> tuple[float, ...]:
