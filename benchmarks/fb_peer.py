@@ -59,7 +59,7 @@ from rbfm.device import pick_device
 from rbfm.errors import ConfigError
 from rbfm.evaluation import EnvSpec, RolloutEngine, iqm, mean_ci
 from rbfm.fb import FB_PRESETS, FBConfig, FBModel, FBTrainer, fb_config, reward_z
-from rbfm.fb.zero_shot import labelled_states
+from rbfm.fb.reward_inference import labelled_states
 from rbfm.run_identity import bind_identity
 from rbfm.training.pretrain import EVAL_SEED, atomic_save
 

@@ -27,7 +27,7 @@ from torch.nn import functional as F
 from rbfm.data.dataset import load_dataset
 from rbfm.data.relabel import relabel_all
 from rbfm.evaluation import EnvSpec, RolloutEngine
-from rbfm.evaluation.stats import mean_ci
+from rbfm.evaluation.aggregate import mean_ci
 from rbfm.exploration.ddpg import Actor, Critic, DDPGConfig, polyak, target_action
 
 GAMMA, BATCH, LR, TAU, ACTOR_EVERY = 0.99, 256, 1e-4, 0.01, 2

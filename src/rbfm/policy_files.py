@@ -405,7 +405,7 @@ def render_files(
     at `out`; a line saying what was written."""
     from rbfm.evaluation import fb_policy
     from rbfm.evaluation.render import parse_size, render_episodes, write_gif
-    from rbfm.fb.zero_shot import task_vectors
+    from rbfm.fb.reward_inference import task_vectors
 
     shape = parse_size(size)
     model, meta = load_checkpoint(checkpoint, device=device)

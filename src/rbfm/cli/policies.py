@@ -53,7 +53,7 @@ def zero_shot(args: argparse.Namespace) -> None:
 def demos(args: argparse.Namespace) -> None:
     from rbfm.evaluation import mean_ci
     from rbfm.inference import save_demos
-    from rbfm.inference.demos import expert_demos
+    from rbfm.inference.expert_demos import expert_demos
 
     checks.count("--episodes", args.episodes)
     checks.out_file(args.out)
@@ -196,7 +196,7 @@ def render(args: argparse.Namespace) -> None:
     fp16=False,
 )
 def export(args: argparse.Namespace) -> None:
-    from rbfm.fb.zero_shot import export_with_task_z
+    from rbfm.fb.reward_inference import export_with_task_z
 
     stem = export_with_task_z(args.checkpoint, args.out, args.dataset, args.fp16)
     print(f"wrote {stem}.safetensors and {stem}.json")

@@ -35,6 +35,7 @@ from tqdm import tqdm
 
 from rbfm.atomic import atomic_write
 from rbfm.data.dataset import find_buffer, infer_domain, read_episodes
+from rbfm.data.episode import COLLECTION_FILE
 from rbfm.data.exorl import (
     DTYPES,
     KEYS,
@@ -53,7 +54,6 @@ from rbfm.data.resimulate import (
     initial_physics,
     regenerate,
 )
-from rbfm.data.rollout import COLLECTION_FILE
 from rbfm.envs import get_domain
 from rbfm.errors import ConfigError, DatasetError
 

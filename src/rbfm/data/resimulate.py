@@ -24,8 +24,8 @@ from typing import Any
 import mujoco
 import numpy as np
 
+from rbfm.data.episode import COLLECTION_FILE, run_episode
 from rbfm.data.exorl import DTYPES, Episode, episode_keys, validate_episode
-from rbfm.data.rollout import COLLECTION_FILE, run_episode
 from rbfm.envs import RbfmEnv, families, get_domain, make_env
 from rbfm.envs.dynamics import dynamics_of_vector
 from rbfm.errors import DatasetError

@@ -1,8 +1,8 @@
 """Evaluation: the batched rollout engine and aggregate statistics."""
 
+from rbfm.evaluation.aggregate import iqm, mean_ci
 from rbfm.evaluation.fb_policy import fb_policy, noisy_policy
 from rbfm.evaluation.rollout import EnvSpec, Policy, RolloutEngine, RolloutResult
-from rbfm.evaluation.stats import iqm, mean_ci
 
 __all__ = [
     "EnvSpec",

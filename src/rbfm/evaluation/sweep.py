@@ -16,9 +16,9 @@ import numpy as np
 import torch
 
 from rbfm.errors import ConfigError
+from rbfm.evaluation.aggregate import mean_ci
 from rbfm.evaluation.fb_policy import fb_policy
 from rbfm.evaluation.rollout import EnvSpec, Policy, RolloutEngine, begin, executed
-from rbfm.evaluation.stats import mean_ci
 from rbfm.fb.model import FBModel
 
 

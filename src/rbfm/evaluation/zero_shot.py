@@ -11,9 +11,9 @@ import numpy as np
 import torch
 
 from rbfm.atomic import atomic_csv
+from rbfm.evaluation.aggregate import mean_ci, stratified_iqm
 from rbfm.evaluation.fb_policy import fb_policy
 from rbfm.evaluation.rollout import EnvSpec, RolloutEngine
-from rbfm.evaluation.stats import mean_ci, stratified_iqm
 from rbfm.fb.model import FBModel
 
 
@@ -130,7 +130,7 @@ def zero_shot_report(
     `episodes` episodes each, as a table (and a CSV at `out`)."""
     from rbfm.envs import TASKS, checked_tasks
     from rbfm.fb.checkpoint import load_checkpoint
-    from rbfm.fb.zero_shot import task_vectors
+    from rbfm.fb.reward_inference import task_vectors
 
     model, meta = load_checkpoint(checkpoint, device=device)
     domain = meta["domain"]

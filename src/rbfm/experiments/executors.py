@@ -68,7 +68,7 @@ class LocalExecutor:
     def __init__(self, workers: int | None = None) -> None:
         self.workers = (os.cpu_count() or 1) if workers is None else workers
         if self.workers < 0:
-            raise ConfigError(f"--workers: {self.workers} is out of range (valid: >= 0)")
+            raise ConfigError(f"workers: {self.workers} is out of range (valid: >= 0)")
         self.name = f"local ({self.workers} worker{'s' if self.workers != 1 else ''})"
         self.parallel = max(self.workers, 1)
         self._pool: ProcessPoolExecutor | None = None

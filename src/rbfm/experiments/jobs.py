@@ -101,7 +101,7 @@ def run_cert(job: CertJob) -> list[Certificate]:
     """A policy's certificates on its demonstrations: the TV set's exact worst case and
     the Heavy set's bound. The Heavy critic reads the FB features F(s, a, z_w) at the
     warm-start z for task vectors, and raw (s, a) pairs for baselines (as BE-DROIL)."""
-    from rbfm.inference.demos import warm_start
+    from rbfm.inference.expert_demos import warm_start
 
     _one_thread()
     context = _model(job.checkpoint).cfg.context if job.checkpoint is not None else 0
@@ -299,7 +299,7 @@ def run_adapt(job: AdaptJob) -> list[AdaptOutput]:
     what the task alone gives: `adapt_many`). Outputs in the order of `job.tasks`."""
     from rbfm.evaluation import EnvSpec, RolloutEngine
     from rbfm.inference.adapt import AdaptConfig, AdaptProblem, adapt_many
-    from rbfm.inference.demos import demo_embedding
+    from rbfm.inference.expert_demos import demo_embedding
 
     _one_thread()
     model = _model(job.checkpoint)

@@ -33,8 +33,8 @@ from tqdm import tqdm
 
 from rbfm.atomic import TMP_SUFFIX, atomic_write
 from rbfm.checks import known_fields
+from rbfm.data.episode import COLLECTION_FILE, Agent, run_episode
 from rbfm.data.exorl import episode_files, parse_name, read_episode, write_episode
-from rbfm.data.rollout import COLLECTION_FILE, Agent, run_episode
 from rbfm.envs import families, get_domain, make_env
 from rbfm.envs.dynamics import DynamicsDistribution, dynamics_vector
 from rbfm.errors import ConfigError, unknown
@@ -191,16 +191,55 @@ def collect(cfg: CollectConfig, progress: bool = True) -> Path:
         return _collect(cfg, progress)
 
 
-def _collect(cfg: CollectConfig, progress: bool) -> Path:
+def _checked_agent_config(cfg: CollectConfig) -> Any:
+    """The exploration agent's config (None for the random agent), validated before any
+    work."""
     if cfg.agent not in AGENTS:
         raise unknown("exploration agent", cfg.agent, AGENTS)
     if cfg.transitions <= 0:
         raise ConfigError(f"transitions: {cfg.transitions} is out of range (valid: >= 1)")
-    acfg = None  # the agent's config, validated before any work
     if cfg.agent != "random":
-        acfg = agent_config(cfg.agent, cfg.preset, cfg.overrides)
-    elif cfg.overrides:
+        return agent_config(cfg.agent, cfg.preset, cfg.overrides)
+    if cfg.overrides:
         raise ConfigError("overrides: the random agent has no config to change")
+    return None
+
+
+def _restored_explorer(
+    cfg: CollectConfig,
+    acfg: Any,
+    num_episodes: int,
+    existing: dict[int, Path],
+    state_path: Path,
+) -> tuple[_Explorer, int, int]:
+    """A learning explorer at its last checkpoint, its replay refilled from the episodes
+    written up to it (later ones are deleted, to be regenerated); with the index of the
+    next episode and the environment step."""
+    spec = get_domain(cfg.domain)
+    length = spec.episode_length
+    learner = _learner(cfg, acfg, spec.obs_dim, spec.action_dim, length)
+    replay = EpisodeReplay(
+        max(num_episodes, len(existing)), length, spec.obs_dim, spec.action_dim, learner.cond_dim
+    )
+    next_index, step = 0, 0
+    if state_path.exists():
+        state = torch.load(state_path, weights_only=True)
+        learner.load_state_dict(state["agent"])
+        next_index, step = int(state["next_index"]), int(state["step"])
+    for k in sorted(existing):
+        if k >= next_index:
+            existing.pop(k).unlink()  # written after the last checkpoint: regenerate it
+    if sorted(existing) != list(range(next_index)):
+        buffer = state_path.parent / "buffer"
+        raise ConfigError(f"{buffer}: episodes {sorted(existing)} are not 0..{next_index - 1}")
+    agent = _Explorer(learner, replay)
+    for k in range(next_index):
+        agent.add(k, read_episode(existing[k], spec))
+    return agent, next_index, step
+
+
+def _collect(cfg: CollectConfig, progress: bool) -> Path:
+    acfg = _checked_agent_config(cfg)
     spec = get_domain(cfg.domain)
     task = cfg.identity()["task"]
     spec.reward_fn(task)
@@ -216,34 +255,13 @@ def _collect(cfg: CollectConfig, progress: bool) -> Path:
         _record_draws(cfg, algo_dir / COLLECTION_FILE, num_episodes)
     existing = _existing(buffer)
 
-    agent: Agent
     state_path = algo_dir / STATE_FILE
+    agent: Agent
     if cfg.agent == "random":
         agent = RandomAgent(spec.action_dim, length, cfg.seed)
-        todo = [k for k in range(num_episodes) if k not in existing]
-        step = 0
+        todo, step = [k for k in range(num_episodes) if k not in existing], 0
     else:
-        learner = _learner(cfg, acfg, spec.obs_dim, spec.action_dim, length)
-        replay = EpisodeReplay(
-            max(num_episodes, len(existing)),
-            length,
-            spec.obs_dim,
-            spec.action_dim,
-            learner.cond_dim,
-        )
-        next_index, step = 0, 0
-        if state_path.exists():
-            state = torch.load(state_path, weights_only=True)
-            learner.load_state_dict(state["agent"])
-            next_index, step = int(state["next_index"]), int(state["step"])
-        for k in sorted(existing):
-            if k >= next_index:
-                existing.pop(k).unlink()  # written after the last checkpoint: regenerate it
-        if sorted(existing) != list(range(next_index)):
-            raise ConfigError(f"{buffer}: episodes {sorted(existing)} are not 0..{next_index - 1}")
-        agent = _Explorer(learner, replay)
-        for k in range(next_index):
-            agent.add(k, read_episode(existing[k], spec))
+        agent, next_index, step = _restored_explorer(cfg, acfg, num_episodes, existing, state_path)
         todo = list(range(next_index, num_episodes))
 
     env = make_env(cfg.domain, task, seed=cfg.seed)

@@ -16,7 +16,7 @@ from rbfm.errors import unknown
 from rbfm.fb.model import FBModel
 from rbfm.inference import fbil, rbfm_heavy, rbfm_light
 from rbfm.inference.common import InferenceResult
-from rbfm.inference.demos import generate_demos, warm_start
+from rbfm.inference.expert_demos import generate_demos, warm_start
 
 METHODS: dict[str, tuple[Callable[..., InferenceResult], type]] = {
     "fbil": (fbil.infer, fbil.FBILConfig),

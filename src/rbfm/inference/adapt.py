@@ -64,7 +64,7 @@ from rbfm.errors import ConfigError
 from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
-from rbfm.inference.demos import demo_embedding
+from rbfm.inference.expert_demos import demo_embedding
 
 # Each criterion's name in results and task-vector files (`adapt-k5`, `oracle-k5`, ...).
 CRITERION_LABELS = {"demos": "adapt", "implied": "implied", "reward": "oracle"}

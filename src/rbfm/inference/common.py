@@ -14,7 +14,7 @@ from rbfm.errors import DatasetError
 from rbfm.fb.context import demo_inputs
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import Actor, project
-from rbfm.inference.demos import warm_start
+from rbfm.inference.expert_demos import warm_start
 
 
 @dataclass

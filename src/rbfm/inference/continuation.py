@@ -104,7 +104,6 @@ def smoothed_descent(
     by L-BFGS on `surrogate` at decreasing temperatures, from `start` (see the module's
     docstring)."""
     smoothing, cooling, stages, steps = cfg.smoothing, cfg.cooling, cfg.stages, cfg.steps
-    stage_iters = cfg.stage_iters
     tol, atol = cfg.tol, cfg.atol
 
     def exact(z: torch.Tensor) -> tuple[float, torch.Tensor]:
@@ -139,34 +138,7 @@ def smoothed_descent(
         _fit_duals(surrogate, losses, duals, temperature)
         members = _working_set(surrogate, losses, temperature, cfg.working_set)
         stage_losses = _stage_losses(data, members, losses, model.radius)
-        opt = lbfgs_optimizer(params, stage_iters)
-
-        def closure(
-            temperature: float = temperature,
-            opt: torch.optim.LBFGS = opt,
-            stage_losses: Callable[[torch.Tensor], torch.Tensor] = stage_losses,
-        ) -> torch.Tensor:
-            nonlocal evals
-            evals += 1
-            opt.zero_grad(set_to_none=True)
-            value = surrogate(stage_losses(v), temperature)
-            if not math.isfinite(float(value.detach())):
-                raise FloatingPointError(
-                    f"{method}: the smoothed objective is {float(value.detach())} after "
-                    f"{evals} evaluations; the demonstrations or the model give non-finite losses"
-                )
-            value.backward()
-            return value.detach()
-
-        ref = math.inf
-        while evals < steps:  # rounds of `stage_iters` iterations until the stage settles
-            before = evals
-            budget(opt, stage_iters, steps - evals)
-            value = float(opt.step(closure))  # type: ignore[arg-type]
-            bar.update(evals - before)
-            if not value < ref - max(tol * abs(ref), atol):
-                break
-            ref = value
+        evals = _stage(v, params, surrogate, stage_losses, temperature, evals, cfg, method, bar)
         z = project(v.detach(), model.radius)
         now, losses = exact(z)
         result.trace.append(now)
@@ -196,6 +168,47 @@ def smoothed_descent(
     result.z, result.objective = best_z, best
     result.steps, result.seconds = evals, time.perf_counter() - data.started
     return result
+
+
+def _stage(
+    v: torch.Tensor,
+    params: list[torch.Tensor],
+    surrogate: Surrogate,
+    stage_losses: Callable[[torch.Tensor], torch.Tensor],
+    temperature: float,
+    evals: int,
+    cfg: SmoothedConfig,
+    method: str,
+    bar: tqdm,
+) -> int:
+    """One temperature's L-BFGS: rounds of `stage_iters` iterations until a round stops
+    improving the surrogate or the evaluation budget is spent; returns the evaluations
+    counted so far."""
+    opt = lbfgs_optimizer(params, cfg.stage_iters)
+
+    def closure() -> torch.Tensor:
+        nonlocal evals
+        evals += 1
+        opt.zero_grad(set_to_none=True)
+        value = surrogate(stage_losses(v), temperature)
+        if not math.isfinite(float(value.detach())):
+            raise FloatingPointError(
+                f"{method}: the smoothed objective is {float(value.detach())} after "
+                f"{evals} evaluations; the demonstrations or the model give non-finite losses"
+            )
+        value.backward()
+        return value.detach()
+
+    ref = math.inf
+    while evals < cfg.steps:
+        before = evals
+        budget(opt, cfg.stage_iters, cfg.steps - evals)
+        value = float(opt.step(closure))  # type: ignore[arg-type]
+        bar.update(evals - before)
+        if not value < ref - max(cfg.tol * abs(ref), cfg.atol):
+            break
+        ref = value
+    return evals
 
 
 def _fit_duals(

@@ -32,7 +32,7 @@ from matplotlib.figure import Figure
 
 from rbfm.envs import get_perturbation
 from rbfm.errors import ConfigError
-from rbfm.evaluation.stats import stratified_iqm
+from rbfm.evaluation.aggregate import stratified_iqm
 from rbfm.experiments.table import (
     CeilingRow,
     CertificateRow,
@@ -756,7 +756,21 @@ def _draw_rows(
         fig = _iqm_draw(iqm, rows, iqm_reps)
         draw("iqm", partial(save_figure, fig))
     tables = out_dir / "tables.md"
-    tables.write_text(
+    tables.write_text(_tables_md(rows, ceilings, certs, title, iqm, iqm_reps))
+    written.append(tables)
+    return written
+
+
+def _tables_md(
+    rows: list[ResultRow],
+    ceilings: list[CeilingRow],
+    certs: list[CertificateRow],
+    title: str,
+    iqm: IqmResult,
+    iqm_reps: int,
+) -> str:
+    """tables.md: timing, returns, IQM, the experts, and the comparisons the rows hold."""
+    return (
         f"# Results: {title}\n\n"
         "## Inference wall time (mean over seeds)\n\n"
         + timing_table(rows)
@@ -808,8 +822,6 @@ def _draw_rows(
             else ""
         )
     )
-    written.append(tables)
-    return written
 
 
 def _robust_against_fbil(rows: Sequence[ResultRow]) -> bool:

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 
 from rbfm.envs import get_perturbation
 from rbfm.errors import ConfigError
-from rbfm.evaluation.stats import stratified_iqm
+from rbfm.evaluation.aggregate import stratified_iqm
 from rbfm.experiments.table import ResultRow, read_table
 from rbfm.reporting.figures import save_figure
 from rbfm.reporting.plots import caption_width
@@ -93,7 +93,7 @@ def estimates(
     """Per range, each configuration's IQM and 95% CI, pooled over the range's tasks,
     families and levels (stratified bootstrap with `reps` resamples)."""
     if reference not in configs(rows):
-        raise ConfigError(f"--reference: {reference!r} is not one of {configs(rows)}")
+        raise ConfigError(f"reference: {reference!r} is not one of {configs(rows)}")
     return {name: stratified_iqm(scores(rows, idx), reps) for name, idx in RANGES.items()}
 
 

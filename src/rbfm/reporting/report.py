@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from rbfm.evaluation.stats import mean_ci
+from rbfm.evaluation.aggregate import mean_ci
 from rbfm.experiments.table import CeilingRow, CertificateRow, ResultRow
 from rbfm.methods import display_label
 from rbfm.reporting.stats import (

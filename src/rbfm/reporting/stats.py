@@ -16,7 +16,7 @@ import numpy as np
 
 from rbfm.envs import families as domain_families
 from rbfm.errors import ConfigError
-from rbfm.evaluation.stats import mean_ci, stratified_iqm
+from rbfm.evaluation.aggregate import mean_ci, stratified_iqm
 from rbfm.experiments.table import CertificateRow, ResultRow
 from rbfm.methods import NAMES
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from rbfm.envs.perturbations import get_perturbation
 from rbfm.errors import ConfigError
-from rbfm.evaluation.stats import mean_ci
+from rbfm.evaluation.aggregate import mean_ci
 from rbfm.experiments.table import ResultRow, method_label
 from rbfm.methods import BASELINE_METHODS, FB_METHODS, display_label
 from rbfm.reporting.report import markdown

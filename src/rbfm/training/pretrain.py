@@ -36,7 +36,7 @@ from rbfm.fb.checkpoint import save_checkpoint
 from rbfm.fb.config import FBConfig, fb_config
 from rbfm.fb.context import gather_windows
 from rbfm.fb.model import FBModel, FBTrainer, check_cuda_graph
-from rbfm.fb.zero_shot import infer_z, labelled_states
+from rbfm.fb.reward_inference import infer_z, labelled_states
 from rbfm.run_identity import bind_identity
 
 EVAL_SEED = 1_000_003  # evaluation episodes use fixed initial states, separate from training
@@ -167,73 +167,125 @@ class _Windows:
         }
 
 
-def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
-    """Trains (or resumes) an FB model; returns the run directory."""
-    fb = cfg.fb()
-    device = pick_device(cfg.device)
-    check_cuda_graph(cfg.cuda_graph, device, cfg.compile, fb.average_tau)
-    ds = load_dataset(cfg.dataset, cfg.domain)
-    domain = ds.domain.name
-    m = min(cfg.transitions or 1_000_000, len(ds))
-    run = Path(cfg.out)
-    run.mkdir(parents=True, exist_ok=True)
-    ident = _identity(cfg, fb, domain, ds.directory, m)
-    bind_identity(run / "run.json", ident, "pretraining run", _upgrade)
+class _Clock:
+    """Seconds spent in updates ("train": evaluations excluded) and in all ("wall"), summed
+    over resumes up to the last checkpoint; None for runs saved before they were counted
+    (their earlier time is unknown)."""
 
-    index = draw_transitions(len(ds), m, cfg.seed) if m < len(ds) else np.arange(len(ds))
-    data = ds.transitions(index)
-    tensors = {
-        "observation": torch.as_tensor(data.observation, device=device),
-        "action": torch.as_tensor(data.action, device=device),
-        "next_observation": torch.as_tensor(data.next_observation, device=device),
-        "discount": torch.as_tensor(data.discount, device=device),
-    }
-    windows = _Windows(ds, index, fb.context, device) if fb.context else None
-    eval_obs, eval_rewards = labelled_states(data, domain, fb.reward_samples, cfg.seed + 1)
+    def __init__(self, elapsed: dict[str, float] | None) -> None:
+        self.elapsed = elapsed
+        self.started = time.perf_counter()
+        self.wall_before = elapsed["wall"] if elapsed else 0.0
 
-    torch.manual_seed(cfg.seed)
-    model = FBModel(ds.domain.obs_dim, ds.domain.action_dim, fb).to(device)
-    if fb.obs_norm:  # from the transitions trained on; a resumed run loads the same ones
-        obs = tensors["observation"]
-        model.set_obs_stats(obs.mean(0), obs.std(0))
-    trainer = FBTrainer(model, cfg.seed, compile=cfg.compile, cuda_graph=cfg.cuda_graph)
-    step, best = 0, {"iqm": -np.inf, "step": 0}
-    # Seconds spent so far in updates ("train": evaluations excluded) and in all ("wall"),
-    # summed over resumes up to the last checkpoint; None for runs saved before they
-    # were counted (their earlier time is unknown).
-    elapsed: dict[str, float] | None = {"train": 0.0, "wall": 0.0}
-    resume = run / "resume.pt"
-    if resume.exists():
-        state = torch.load(resume, map_location=device, weights_only=True)
-        model.load_state_dict(state["model"])
-        trainer.load_state_dict(state["trainer"])
-        step, best = int(state["step"]), dict(state["best"])
-        elapsed = state.get("elapsed")
-        # Runs saved before --compile or --cuda-graph existed were eager.
-        for flag, chosen in (("compile", cfg.compile), ("cuda_graph", cfg.cuda_graph)):
-            before = bool(state.get(flag, False))
-            if before != chosen:
-                option = "--" + flag.replace("_", "-")
-                warnings.warn(
-                    f"{run} was trained {'with' if before else 'without'} {option} until "
-                    f"step {step} and resumes {'with' if chosen else 'without'} it: it goes on "
-                    "correctly, but not bit-identically to an uninterrupted run",
-                    stacklevel=2,
-                )
-    started, wall_before = time.perf_counter(), elapsed["wall"] if elapsed else 0.0
+    def add_train(self, seconds: float) -> None:
+        if self.elapsed is not None:
+            self.elapsed["train"] += seconds
 
-    def timing() -> dict[str, float]:
-        """The run's time to this step, for checkpoints (`elapsed` updated in place)."""
-        if elapsed is None:
+    def timing(self) -> dict[str, float]:
+        """The run's time to now, for a checkpoint's description."""
+        if self.elapsed is None:
             return {}
-        elapsed["wall"] = wall_before + time.perf_counter() - started
+        self.elapsed["wall"] = self.wall_before + time.perf_counter() - self.started
         return {
-            "train_seconds": round(elapsed["train"], 1),
-            "wall_seconds": round(elapsed["wall"], 1),
+            "train_seconds": round(self.elapsed["train"], 1),
+            "wall_seconds": round(self.elapsed["wall"], 1),
         }
 
-    meta = {
-        "domain": domain,
+
+class _Logs:
+    """train.csv, eval.csv and TensorBoard, each cut back to the resumed step."""
+
+    def __init__(self, run: Path, tasks: list[str], step: int) -> None:
+        fields = ["step", "seconds", "updates_per_s", *_TRAIN_METRICS]
+        self.train_csv = _Csv(run / "train.csv", fields, step)
+        self.eval_csv = _Csv(run / "eval.csv", ["step", "iqm", *tasks], step)
+        self.tb = SummaryWriter(str(run / "tb"), purge_step=step)
+
+    def train(self, step: int, metrics: dict[str, float], seconds: float, rate: float) -> None:
+        row = {k: metrics.get(k, "") for k in _TRAIN_METRICS}
+        self.train_csv.write(
+            {"step": step, "seconds": round(seconds, 3), "updates_per_s": round(rate, 2), **row}
+        )
+        for k, v in metrics.items():
+            self.tb.add_scalar(f"train/{k}", v, step)
+        self.tb.add_scalar("train/updates_per_s", rate, step)
+
+    def evaluation(self, step: int, score: float, returns: dict[str, np.ndarray]) -> None:
+        means = {t: float(r.mean()) for t, r in returns.items()}
+        self.eval_csv.write({"step": step, "iqm": score, **means})
+        self.tb.add_scalar("eval/iqm", score, step)
+        for t, v in means.items():
+            self.tb.add_scalar(f"eval/{t}", v, step)
+
+    def close(self) -> None:
+        self.tb.close()
+
+
+def _resume(
+    path: Path, model: FBModel, trainer: FBTrainer, cfg: PretrainConfig, device: torch.device
+) -> tuple[int, dict[str, Any], dict[str, float] | None]:
+    """Loads resume.pt into the model and trainer: its step, best and elapsed times (a
+    fresh run's when there is none)."""
+    if not path.exists():
+        return 0, {"iqm": -np.inf, "step": 0}, {"train": 0.0, "wall": 0.0}
+    state = torch.load(path, map_location=device, weights_only=True)
+    model.load_state_dict(state["model"])
+    trainer.load_state_dict(state["trainer"])
+    step = int(state["step"])
+    # Runs saved before --compile or --cuda-graph existed were eager.
+    for flag, chosen in (("compile", cfg.compile), ("cuda_graph", cfg.cuda_graph)):
+        before = bool(state.get(flag, False))
+        if before != chosen:
+            option = "--" + flag.replace("_", "-")
+            warnings.warn(
+                f"{path.parent} was trained {'with' if before else 'without'} {option} until "
+                f"step {step} and resumes {'with' if chosen else 'without'} it: it goes on "
+                "correctly, but not bit-identically to an uninterrupted run",
+                stacklevel=3,
+            )
+    return step, dict(state["best"]), state.get("elapsed")
+
+
+def _evaluate(
+    trainer: FBTrainer,
+    engine: RolloutEngine,
+    domain: str,
+    labelled: tuple[np.ndarray, dict[str, np.ndarray]],
+    episodes: int,
+) -> tuple[float, dict[str, np.ndarray], dict[str, list[float]]]:
+    """The IQM over all tasks' episodes, each task's returns, and the tasks'
+    reward-inferred z."""
+    eval_obs, eval_rewards = labelled
+    tasks, k = list(eval_rewards), episodes
+    # All tasks in one lockstep batch: one policy call per step serves every episode.
+    with trainer.served() as served:
+        served.eval()
+        z = torch.stack([infer_z(served, eval_obs, eval_rewards[t]) for t in tasks])
+        specs = [EnvSpec(domain, t) for t in tasks for _ in range(k)]
+        result = engine.run(specs, fb_policy(served, z.repeat_interleave(k, 0)), seed=EVAL_SEED)
+        served.train()
+    returns = {t: result.returns[i * k : (i + 1) * k] for i, t in enumerate(tasks)}
+    score = iqm(np.concatenate(list(returns.values())))
+    return score, returns, {t: z[i].tolist() for i, t in enumerate(tasks)}
+
+
+def _training_data(
+    cfg: PretrainConfig, fb: FBConfig, ds: Dataset, m: int, device: torch.device
+) -> tuple[dict[str, torch.Tensor], _Windows | None, tuple[np.ndarray, dict[str, np.ndarray]]]:
+    """The m transitions trained on (a uniform draw, or all), their context windows when
+    the model reads a context, and the reward-labelled states of the evaluations."""
+    index = draw_transitions(len(ds), m, cfg.seed) if m < len(ds) else np.arange(len(ds))
+    data = ds.transitions(index)
+    fields = ("observation", "action", "next_observation", "discount")
+    tensors = {k: torch.as_tensor(getattr(data, k), device=device) for k in fields}
+    windows = _Windows(ds, index, fb.context, device) if fb.context else None
+    return tensors, windows, labelled_states(data, ds.domain.name, fb.reward_samples, cfg.seed + 1)
+
+
+def _description(cfg: PretrainConfig, ds: Dataset, m: int) -> dict[str, Any]:
+    """What every checkpoint's JSON says of the run."""
+    return {
+        "domain": ds.domain.name,
         "preset": cfg.preset,
         "dataset": {
             "path": str(ds.directory.resolve()),
@@ -244,57 +296,49 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
         },
     }
 
-    tasks = list(eval_rewards)
-    train_log = _Csv(
-        run / "train.csv",
-        ["step", "seconds", "updates_per_s", *_TRAIN_METRICS],
-        step,
+
+def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
+    """Trains (or resumes) an FB model; returns the run directory."""
+    fb = cfg.fb()
+    device = pick_device(cfg.device)
+    check_cuda_graph(cfg.cuda_graph, device, cfg.compile, fb.average_tau)
+    ds = load_dataset(cfg.dataset, cfg.domain)
+    domain = ds.domain.name
+    m = min(cfg.transitions or 1_000_000, len(ds))
+    run = Path(cfg.out)
+    run.mkdir(parents=True, exist_ok=True)
+    bind_identity(
+        run / "run.json", _identity(cfg, fb, domain, ds.directory, m), "pretraining run", _upgrade
     )
-    eval_log = _Csv(run / "eval.csv", ["step", "iqm", *tasks], step)
-    tb = SummaryWriter(str(run / "tb"), purge_step=step)
 
-    def evaluate(engine: RolloutEngine) -> tuple[float, dict[str, list[float]]]:
-        """IQM over all tasks' episodes, and the tasks' reward-inferred z."""
-        # All tasks in one lockstep batch: one policy call per step serves every episode.
-        k = fb.eval_episodes
-        with trainer.served() as served:
-            served.eval()
-            z = torch.stack([infer_z(served, eval_obs, eval_rewards[t]) for t in tasks])
-            specs = [EnvSpec(domain, t) for t in tasks for _ in range(k)]
-            result = engine.run(specs, fb_policy(served, z.repeat_interleave(k, 0)), seed=EVAL_SEED)
-            served.train()
-        returns = {t: result.returns[i * k : (i + 1) * k] for i, t in enumerate(tasks)}
-        score = iqm(np.concatenate(list(returns.values())))
-        eval_log.write(
-            {"step": step, "iqm": score, **{t: float(r.mean()) for t, r in returns.items()}}
-        )
-        tb.add_scalar("eval/iqm", score, step)
-        for t, r in returns.items():
-            tb.add_scalar(f"eval/{t}", float(r.mean()), step)
-        return score, {t: z[i].tolist() for i, t in enumerate(tasks)}
+    tensors, windows, labelled = _training_data(cfg, fb, ds, m, device)
 
+    torch.manual_seed(cfg.seed)
+    model = FBModel(ds.domain.obs_dim, ds.domain.action_dim, fb).to(device)
+    if fb.obs_norm:  # from the transitions trained on; a resumed run loads the same ones
+        model.set_obs_stats(tensors["observation"].mean(0), tensors["observation"].std(0))
+    trainer = FBTrainer(model, cfg.seed, compile=cfg.compile, cuda_graph=cfg.cuda_graph)
+    resume = run / "resume.pt"
+    step, best, elapsed = _resume(resume, model, trainer, cfg, device)
+    clock = _Clock(elapsed)
+    logs = _Logs(run, list(labelled[1]), step)
+    described = _description(cfg, ds, m)
     evaluated: dict[str, Any] = {}  # the last evaluation, if at the current step
 
     def checkpoint() -> None:
         # Evaluated at this very step: latest carries its IQM and z, as best does.
         extra = evaluated if evaluated.get("step") == step else {}
-        times = timing()
         with trainer.served() as served:
-            save_checkpoint(run / "latest", served, {**meta, **extra, "step": step, **times})
+            save_checkpoint(
+                run / "latest", served, {**described, **extra, "step": step, **clock.timing()}
+            )
+        state = {"step": step, "model": model.state_dict(), "trainer": trainer.state_dict()}
+        flags = {"best": best, "compile": cfg.compile, "cuda_graph": cfg.cuda_graph}
         atomic_save(
-            {
-                "step": step,
-                "model": model.state_dict(),
-                "trainer": trainer.state_dict(),
-                "best": best,
-                "compile": cfg.compile,
-                "cuda_graph": cfg.cuda_graph,
-                **({"elapsed": elapsed} if elapsed is not None else {}),
-            },
-            resume,
+            {**state, **flags, **({"elapsed": elapsed} if elapsed is not None else {})}, resume
         )
 
-    n = len(data)
+    n = len(tensors["action"])
     bar = tqdm(
         total=fb.steps,
         initial=step,
@@ -315,24 +359,15 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
             bar.update(1)
             if step % cfg.log_every == 0 or step == fb.steps:
                 now = time.perf_counter()
+                clock.add_train(now - tick)
                 values = {k: float(v) for k, v in metrics.items()}
-                rate = (step - since) / (now - tick)
-                if elapsed is not None:
-                    elapsed["train"] += now - tick
-                train_log.write(
-                    {
-                        "step": step,
-                        "seconds": round(now - tick, 3),
-                        "updates_per_s": round(rate, 2),
-                        **{k: values.get(k, "") for k in _TRAIN_METRICS},
-                    }
-                )
-                for k, v in values.items():
-                    tb.add_scalar(f"train/{k}", v, step)
-                tb.add_scalar("train/updates_per_s", rate, step)
+                logs.train(step, values, now - tick, (step - since) / (now - tick))
                 tick, since = now, step
             if step % fb.eval_every == 0 or step == fb.steps:
-                score, task_z = evaluate(engine)
+                score, returns, task_z = _evaluate(
+                    trainer, engine, domain, labelled, fb.eval_episodes
+                )
+                logs.evaluation(step, score, returns)
                 evaluated = {"step": step, "iqm": score, "task_z": task_z}
                 bar.set_postfix(iqm=f"{score:.1f}", best=f"{max(score, best['iqm']):.1f}")
                 if score > best["iqm"]:
@@ -341,13 +376,11 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
                     # generated without the dataset (e.g. from a shipped checkpoint).
                     with trainer.served() as served:
                         save_checkpoint(
-                            run / "best",
-                            served,
-                            {**meta, "step": step, "iqm": score, "task_z": task_z, **timing()},
+                            run / "best", served, {**described, **evaluated, **clock.timing()}
                         )
                 tick = time.perf_counter()  # evaluation time is not training time
             if step % fb.checkpoint_every == 0 or step == fb.steps:
                 checkpoint()
     bar.close()
-    tb.close()
+    logs.close()
     return run

@@ -86,7 +86,7 @@ def expert_demos(
     """`generate_demos` for a model by name or path, with the task's z stored with it
     (or inferred from `dataset`); the demonstrations' description names both."""
     from rbfm.fb.checkpoint import load_checkpoint
-    from rbfm.fb.zero_shot import task_vectors
+    from rbfm.fb.reward_inference import task_vectors
 
     model, meta = load_checkpoint(checkpoint, device=device)
     z, source = task_vectors(
