@@ -13,7 +13,7 @@ import torch
 import rbfm
 from rbfm.errors import ConfigError, DatasetError
 from rbfm.fb import FBModel, fb_config
-from rbfm.fb.checkpoint import save_checkpoint
+from rbfm.fb.checkpoint import CheckpointError, save_checkpoint
 from rbfm.fb.networks import project
 
 
@@ -27,11 +27,15 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> rbfm.Model:
     return rbfm.load_model(stem)
 
 
-def _demos() -> rbfm.Demos:
+def _arrays() -> tuple[list[np.ndarray], list[np.ndarray]]:
     rng = np.random.default_rng(0)
     obs = [rng.standard_normal((51, 17)) for _ in range(2)]
     acts = [np.clip(rng.standard_normal((50, 6)), -1, 1) for _ in range(2)]
-    return rbfm.Demos.from_arrays("cheetah", "run", obs, acts)
+    return obs, acts
+
+
+def _demos() -> rbfm.Demos:
+    return rbfm.Demos.from_arrays("cheetah", "run", *_arrays())
 
 
 def test_every_method_has_one_call_and_its_result_saves_loads_and_evaluates(
@@ -51,13 +55,35 @@ def test_every_method_has_one_call_and_its_result_saves_loads_and_evaluates(
     adapted = rbfm.adapt(fbil, demos, "joint_friction", 10.0, episodes=2)
     assert torch.allclose(adapted.z.norm(), fbil.z.norm())  # type: ignore[union-attr]
     implied = rbfm.adapt(fbil, demos, "joint_friction", 10.0, episodes=2, criterion="implied")
-    assert implied.info is not None and implied.info["adapted"]["criterion"] == "implied"
+    assert implied.info is not None and implied.info["adaptation"]["criterion"] == "implied"
+    record = adapted.info["adaptation"]  # type: ignore[index]
+    assert record["episodes"] == 2 and len(record["distances"]) == 2  # what the CLI prints
+    assert repr(adapted).startswith("Imitation(fbil, cheetah/run, z of ")
+    assert "adapted with 2 episodes in joint_friction=10" in repr(adapted)
+    assert len(repr(model)) < 200 and "cheetah, d=" in repr(model)
+    # Names and paths stand for what they load.
+    by_name = rbfm.imitate(demos, "fbil", model.name, steps=20)
+    torch.testing.assert_close(by_name.z, fbil.z)
+    path = fbil.save(tmp_path / "again.json")
+    np.testing.assert_array_equal(rbfm.evaluate(path, episodes=2), rbfm.evaluate(fbil, episodes=2))
+    with pytest.raises(ConfigError, match=r"a task vector for 'run' cannot adapt to .*'walk'"):
+        walk = rbfm.Demos.from_arrays("cheetah", "walk", *_arrays())
+        rbfm.adapt(fbil, walk, "joint_friction", 10.0, episodes=2)
     with pytest.raises(ConfigError, match="the reward oracle is for reports"):
         rbfm.adapt(fbil, demos, "joint_friction", 10.0, episodes=2, criterion="reward")
 
 
-def test_the_api_refuses_what_it_cannot_use(model: rbfm.Model) -> None:
+def test_the_api_refuses_what_it_cannot_use(model: rbfm.Model, tmp_path: Path) -> None:
     demos = _demos()
+    with pytest.raises(ConfigError, match=r"nope.json: no such file"):
+        rbfm.load_imitation(tmp_path / "nope.json")
+    with pytest.raises(CheckpointError, match=r"nope.pt: no such checkpoint \(give a run"):
+        rbfm.load_model(tmp_path / "nope.pt")
+    with pytest.raises(DatasetError, match=r"unreadable: not an .npz archive"):
+        (tmp_path / "z.json").write_text("{}")
+        rbfm.load_demos(tmp_path / "z.json")
+    with pytest.raises(ConfigError, match=r"its folder .*nodir does not exist"):
+        rbfm.save_demos(tmp_path / "nodir" / "d.npz", demos)
     with pytest.raises(ConfigError, match="pass model="):
         rbfm.imitate(demos, "fbil")
     with pytest.raises(ConfigError, match="takes no model"):
@@ -78,6 +104,13 @@ def test_the_api_refuses_what_it_cannot_use(model: rbfm.Model) -> None:
         rbfm.Demos.from_arrays("cheetah", "run", obs, acts, rewards=[np.ones(4)])
     with pytest.raises(DatasetError, match="episode 0 has 4 physics states for 3"):
         rbfm.Demos.from_arrays("cheetah", "run", obs, acts, physics=[np.zeros((4, 18))] * 2)
+    # One episode's arrays, not wrapped in a list, would read as 3 episodes of 17 numbers.
+    with pytest.raises(DatasetError, match=r"observations is one 2-d array; pass a list"):
+        rbfm.Demos.from_arrays("cheetah", "run", np.zeros((3, 17)), np.zeros((2, 6)))
+    bad = np.zeros((3, 17))
+    bad[2, 4] = np.nan
+    with pytest.raises(DatasetError, match=r"NaN or infinite values \(episode 1, step 2\)"):
+        rbfm.Demos.from_arrays("cheetah", "run", [np.zeros((3, 17)), bad], acts)
     # The commonest slip, T observations for T actions, named per episode.
     with pytest.raises(DatasetError, match="episode 1 has 2 observations for 2 actions; each"):
         rbfm.Demos.from_arrays(

@@ -251,6 +251,10 @@ def test_adapt_writes_the_chosen_z_and_says_how_it_chose(
     assert record["method"] == "fbil+implied-k2"
     assert record["adaptation"]["criterion"] == "implied"
     assert len(record["adaptation"]["implied"]) == 2
+    # Without --checkpoint, the model the task vector's file records: the same z.
+    bare, again = [adapt[0], *adapt[3:]], str(tmp_path / "again.json")
+    assert main([*bare, "--criterion", "implied", "--search", "cone", "--out", again]) == 0
+    assert json.loads(Path(again).read_text())["z"] == record["z"]
     # The model and task are read from the files when not given.
     assert main(["evaluate", "--z", z, out, "--episodes", "1"]) == 0
     assert "cheetah/run, nominal: mean return" in capsys.readouterr().out

@@ -32,13 +32,17 @@ from rbfm.fb.model import FBModel
 from rbfm.threads import one_torch_thread
 
 
-@dataclass
+@dataclass(repr=False)
 class Model:
     """An FB model with its description (domain, tasks' reward-inferred z, ...)."""
 
     fb: FBModel
     meta: dict[str, Any]
     name: str
+
+    def __repr__(self) -> str:
+        tasks = ", ".join(self.tasks) or "none stored"
+        return f"Model({self.name}: {self.domain}, d={self.fb.cfg.z_dim}, tasks: {tasks})"
 
     @property
     def domain(self) -> str:
@@ -67,7 +71,7 @@ def load_model(name: str | os.PathLike[str], device: str | None = None) -> Model
     return Model(fb.requires_grad_(False), meta, str(name))
 
 
-@dataclass
+@dataclass(repr=False)
 class Imitation:
     """What a method inferred from demonstrations: a task vector of `model` (FB
     methods) or a policy network (baselines)."""
@@ -80,6 +84,18 @@ class Imitation:
     network: nn.Module | None = None
     seconds: float = 0.0
     info: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        info = self.info or {}
+        what = f"z of {self.model.name}" if self.model is not None else "policy network"
+        notes = [f"{k}={info[k]}" for k in ("converged", "seed") if k in info]
+        if "adaptation" in info:
+            record = info["adaptation"]
+            where = record["perturbation"] or "nominal"
+            level = "" if record["level"] is None else f"={record['level']:g}"
+            notes.append(f"adapted with {record['episodes']} episodes in {where}{level}")
+        extra = "".join(f", {n}" for n in notes)
+        return f"Imitation({self.method}, {self.domain}/{self.task}, {what}{extra})"
 
     def policy(self) -> Policy:
         """The rollout engine's policy: pi_z of the model, or the network."""
@@ -112,18 +128,21 @@ class Imitation:
 def imitate(
     demos: Demos,
     method: str = "fbil",
-    model: Model | None = None,
+    model: Model | str | os.PathLike[str] | None = None,
     seed: int = 0,
     settings: str | None = None,
     **overrides: Any,
 ) -> Imitation:
     """Infers a policy for `demos` with `method`. `settings`: the FB methods' named
     settings ("default", "paper") or the baselines' preset ("cpu", "paper"); `overrides`
-    set fields of the method's config (e.g. eps=0.5, steps=2000)."""
+    set fields of the method's config (e.g. eps=0.5, steps=2000). `model`: a `Model`, or
+    what `load_model` takes (a shipped model's name, a run directory, a checkpoint)."""
     from rbfm.baselines import train_baseline
     from rbfm.inference import infer
     from rbfm.methods import get_method
 
+    if model is not None and not isinstance(model, Model):
+        model = load_model(model)
     if get_method(method).is_fb:
         if model is None:
             raise ConfigError(f"imitate: {method} infers a task vector of an FB model: pass model=")
@@ -145,7 +164,7 @@ def imitate(
 
 @one_torch_thread
 def adapt(
-    imitation: Imitation,
+    imitation: Imitation | str | os.PathLike[str],
     demos: Demos,
     perturbation: str | None = None,
     level: float | None = None,
@@ -157,10 +176,14 @@ def adapt(
     """An FB imitation's z adapted with `episodes` reward-free episodes in the environment
     it meets (`rbfm.inference.adapt`; `search` "line" or "cone"; `criterion` "demos": its
     states matched to the demonstrations' in B's space, "implied": the most of its z's
-    reward B(s)^T z)."""
+    reward B(s)^T z). `imitation`: an `Imitation` or a file `load_imitation` reads. With no
+    perturbation it adapts at nominal physics. What it did is `info["adaptation"]`."""
     from rbfm.inference.adapt import AdaptConfig
     from rbfm.inference.adapt import adapt as adapt_z
+    from rbfm.policy_files import adaptation_record, check_adapt_task
 
+    if not isinstance(imitation, Imitation):
+        imitation = load_imitation(imitation)
     if imitation.z is None or imitation.model is None:
         raise ConfigError(f"adapt: {imitation.method} is a policy network; only task vectors adapt")
     if criterion not in ("demos", "implied"):
@@ -168,17 +191,11 @@ def adapt(
             f"adapt: criterion {criterion!r} (valid: demos, implied; the reward oracle is for "
             "reports: rbfm.inference.adapt)"
         )
+    check_adapt_task(f"adapt: {imitation.method}", imitation.task, demos)
     env = EnvSpec(imitation.domain, imitation.task, perturbation, level).checked()
-    res = adapt_z(
-        imitation.model.fb,
-        demos,
-        imitation.z,
-        env,
-        AdaptConfig(budget=episodes, search=search, criterion=criterion),
-        seed,
-    )
-    adapted = {"episodes": res.episodes, "level": level, "criterion": criterion}
-    info = (imitation.info or {}) | {"adapted": adapted}
+    cfg = AdaptConfig(budget=episodes, search=search, criterion=criterion)
+    res = adapt_z(imitation.model.fb, demos, imitation.z, env, cfg, seed)
+    info = (imitation.info or {}) | {"adaptation": adaptation_record(res, cfg, env)}
     return Imitation(
         imitation.method,
         imitation.domain,
@@ -187,7 +204,7 @@ def adapt(
         imitation.model,
         None,
         res.seconds,
-        info | {"perturbation": perturbation},
+        info,
     )
 
 
@@ -210,7 +227,7 @@ def load_imitation(path: str | os.PathLike[str], model: Model | None = None) -> 
 
 @one_torch_thread
 def evaluate(
-    imitation: Imitation,
+    imitation: Imitation | str | os.PathLike[str],
     task: str | None = None,
     perturbation: str | None = None,
     level: float | None = None,
@@ -218,7 +235,10 @@ def evaluate(
     seed: int = EVAL_SEED,
 ) -> np.ndarray:
     """The returns of `episodes` episodes of the imitation's task (or `task`) under a
-    perturbation family at a level (paper units; `rbfm envs` lists them)."""
+    perturbation family at a level (paper units; `rbfm envs` lists them). `imitation`: an
+    `Imitation` or a file `load_imitation` reads."""
+    if not isinstance(imitation, Imitation):
+        imitation = load_imitation(imitation)
     if episodes < 1:
         raise ConfigError(f"evaluate: episodes {episodes} (valid: >= 1)")
     spec = EnvSpec(imitation.domain, task or imitation.task, perturbation, level).checked()

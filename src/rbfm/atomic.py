@@ -8,6 +8,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rbfm.errors import ConfigError
+
 # Temporaries are named `.<name>.part`: hidden, and never matching a reader's glob
 # (`*.npz`, `*.json`); a killed run's leftovers are found by `.*.part`.
 TMP_SUFFIX = ".part"
@@ -15,8 +17,14 @@ TMP_SUFFIX = ".part"
 
 def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     """Calls `write` on a hidden temporary path beside `path`, then renames it into place."""
+    if not path.parent.is_dir():
+        raise ConfigError(f"{path}: its folder {path.parent} does not exist")
     tmp = path.with_name(f".{path.name}{TMP_SUFFIX}")
-    write(tmp)
+    try:
+        write(tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # nothing half-written is left behind
+        raise
     os.replace(tmp, path)
 
 

@@ -31,7 +31,7 @@ from rbfm.evaluation.sweep import SweepRow, sweep
 from rbfm.fb.checkpoint import load_checkpoint, read_meta, recorded_name
 from rbfm.fb.model import FBModel
 from rbfm.inference import InferenceResult, infer, method_config
-from rbfm.inference.adapt import CRITERION_LABELS, AdaptConfig, adapt
+from rbfm.inference.adapt import CRITERION_LABELS, AdaptConfig, AdaptResult, adapt
 from rbfm.methods import NAMES, display_label, get_method
 
 
@@ -47,6 +47,8 @@ def load_z(path: str | os.PathLike[str]) -> tuple[torch.Tensor, dict[str, Any]]:
 
 
 def _read_json(path: str | os.PathLike[str]) -> Any:
+    if not Path(path).is_file():
+        raise ConfigError(f"{path}: no such file")
     try:
         return json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -157,27 +159,19 @@ def infer_to_file(
     return result
 
 
-def adapt_to_file(
-    checkpoint: str,
-    z_file: str,
-    demos: Demos,
-    perturbation: str | None,
-    level: float | None,
-    cfg: AdaptConfig,
-    seed: int,
-    out: str | os.PathLike[str],
-    device: str | None = None,
-) -> str:
-    """A task-vector file of `checkpoint` adapted (rbfm.inference.adapt) to the demos'
-    task under `perturbation` at `level` (both None: nominal), written to `out` with its
-    description extended by the adaptation's record; a line saying how it went."""
-    env = EnvSpec(demos.domain, demos.task, perturbation, level).checked()
-    model, model_meta = load_checkpoint(checkpoint, domain=demos.domain, device=device)
-    z, info = load_z(z_file)
-    check_z(z_file, z, info, model_meta)
-    res = adapt(model, demos, z, env, cfg, seed=seed, progress=True)
-    label = f"{CRITERION_LABELS[cfg.criterion]}-k{res.episodes}"
-    record = {
+def check_adapt_task(source: object, task: object, demos: Demos) -> None:
+    """A task vector adapts towards demonstrations of its own task only."""
+    if task not in (None, "", demos.task):
+        raise ConfigError(
+            f"{source}: a task vector for {task!r} cannot adapt to demonstrations of {demos.task!r}"
+        )
+
+
+def adaptation_record(res: AdaptResult, cfg: AdaptConfig, env: EnvSpec) -> dict[str, Any]:
+    """What an adaptation did, as an adapted task vector's description records it: the
+    criterion, episodes, environment, each candidate's distance and implied reward, the
+    best candidate after each, and the time."""
+    return {
         "criterion": cfg.criterion,
         "episodes": res.episodes,
         "states": cfg.states,
@@ -188,9 +182,38 @@ def adapt_to_file(
         "best": res.best,
         "seconds": res.seconds,
     }
+
+
+def adapt_to_file(
+    checkpoint: str | None,
+    z_file: str,
+    demos: Demos,
+    perturbation: str | None,
+    level: float | None,
+    cfg: AdaptConfig,
+    seed: int,
+    out: str | os.PathLike[str],
+    device: str | None = None,
+) -> str:
+    """A task-vector file of `checkpoint` (None: the one the file records) adapted
+    (rbfm.inference.adapt) to the demos' task under `perturbation` at `level` (both None:
+    nominal), written to `out` with its description extended by the adaptation's record;
+    a line saying how it went."""
+    env = EnvSpec(demos.domain, demos.task, perturbation, level).checked()
+    z, info = load_z(z_file)
+    checkpoint = checkpoint or info.get("checkpoint")
+    if not checkpoint:
+        raise ConfigError(f"--checkpoint is needed: {z_file} records no model")
+    model, model_meta = load_checkpoint(checkpoint, domain=demos.domain, device=device)
+    check_z(z_file, z, info, model_meta)
+    check_adapt_task(z_file, info.get("task"), demos)
+    res = adapt(model, demos, z, env, cfg, seed=seed, progress=True)
+    label = f"{CRITERION_LABELS[cfg.criterion]}-k{res.episodes}"
     method = f"{info.get('method', 'z')}+{label}"
-    record = {**info, "method": method, "adapted_from": str(z_file), "adaptation": record}
-    save_z(out, res.z, record)
+    record = adaptation_record(res, cfg, env)
+    save_z(
+        out, res.z, {**info, "method": method, "adapted_from": str(z_file), "adaptation": record}
+    )
     where = "nominal" if env.level is None else f"{env.perturbation}={env.level:g}"
     return (
         f"{label}: z written to {out} ({res.episodes} episodes in {where}, {res.seconds:.1f} "

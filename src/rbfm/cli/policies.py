@@ -103,7 +103,7 @@ def infer(args: argparse.Namespace) -> None:
     "Moves z so that its episodes' states match the demonstrations' in the model's B space; "
     "never reads a reward (but with --criterion reward). docs/inference.md.",
     config=AdaptConfig,
-    checkpoint=REQUIRED,
+    checkpoint=Use(None, "the FB model of the task vector (default: its file's); " + MODEL),
     demos=REQUIRED,
     z=Use(REQUIRED, "task-vector file from `rbfm infer`", extra={"nargs": None}),
     perturbation=Use(None, listed("family of the deployed environment", "families")),

@@ -94,6 +94,12 @@ class Demos:
         reset's) and the T actions taken, in the domain's layout (`rbfm envs`);
         optionally its T rewards and T+1 physics states. Checked as a demonstrations file
         is (shapes, finite values, actions in [-1, 1]); no reward means zeros."""
+        for name, given in (("observations", observations), ("actions", actions)):
+            if isinstance(given, np.ndarray) and given.ndim == 2:
+                raise DatasetError(
+                    f"Demos.from_arrays: {name} is one 2-d array; pass a list with one array "
+                    f"per episode (one episode: [{name}])"
+                )
         if len(observations) != len(actions):
             raise DatasetError(
                 f"Demos.from_arrays: {len(observations)} observation sequences for "
@@ -204,6 +210,11 @@ def load_demos(path: str | os.PathLike[str], domain: str | None = None) -> Demos
     path = Path(path)
     if not path.exists():
         raise DatasetError(f"{path}: no such demonstrations file")
+    if path.is_file() and not zipfile.is_zipfile(path):
+        raise DatasetError(
+            f"{path}: unreadable: not an .npz archive (demonstrations files are written by "
+            "`rbfm demos` or save_demos)"
+        )
     try:
         with np.load(path, allow_pickle=False) as npz:
             missing = [k for k in (*_KEYS, "meta") if k not in npz.files]
@@ -224,6 +235,16 @@ def load_demos(path: str | os.PathLike[str], domain: str | None = None) -> Demos
         raise DatasetError(f"{path}: demonstrations of {spec.name}, not {domain}")
     rest = {k: v for k, v in meta.items() if k not in ("domain", "task")} | {"path": str(path)}
     return _validated(spec.name, str(meta.get("task", "?")), arrays, rest, str(path))
+
+
+def _locate(key: str, row: int, lengths: np.ndarray) -> str:
+    """Which episode (and step) row `row` of a concatenated array `key` belongs to."""
+    if key == "returns":
+        return f"episode {row}"
+    per_episode = lengths + 1 if key in ("observation", "physics") else lengths
+    ends = np.cumsum(per_episode)
+    episode = int(np.searchsorted(ends, row, side="right"))
+    return f"episode {episode}, step {row - int(ends[episode] - per_episode[episode])}"
 
 
 def _validated(
@@ -264,8 +285,13 @@ def _validated(
         if arrays[key].shape != (n,):
             raise DatasetError(f"{where}: {key} has shape {arrays[key].shape}, expected ({n},)")
     for key in ("observation", "action", "physics", "reward", "returns"):
-        if not np.isfinite(arrays[key]).all():
-            raise DatasetError(f"{where}: {key} holds NaN or infinite values")
+        finite = np.isfinite(arrays[key])
+        finite = finite.all(axis=tuple(range(1, finite.ndim)))  # per row
+        if not finite.all():
+            raise DatasetError(
+                f"{where}: {key} holds NaN or infinite values "
+                f"({_locate(key, int(np.argmin(finite)), lengths)})"
+            )
     size = np.abs(arrays["action"]).reshape(n_steps, -1).max(1)
     if (size > 1 + 1e-5).any():
         step = int(size.argmax())

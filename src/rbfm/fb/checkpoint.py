@@ -142,9 +142,11 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     meta_path = stem.with_suffix(".json")
     if not meta_path.exists():
         have = ", ".join(_shipped_names()) or "none"
+        # Name what the user gave; the description's path only where that exists.
+        where = meta_path if Path(path).exists() else path
         raise CheckpointError(
-            f"{meta_path}: no such checkpoint description (a run directory, a checkpoint "
-            f"file, or a shipped model: {have})"
+            f"{where}: no such checkpoint (give a run directory, a checkpoint's .json or "
+            f".safetensors, or a shipped model: {have})"
         )
     try:
         meta = json.loads(meta_path.read_text())
