@@ -58,7 +58,7 @@ def test_ratios_by_range_against_the_reference() -> None:
     assert "(1.00x)" in next(x for x in table.splitlines() if x.startswith("| rnd-v1:fbil"))
     # Each range pools its levels: two strongest = levels 5 and 6, 5 seeds x 2 columns.
     assert scores(rows, (4, 5))["rnd-v1:fbil"].shape == (5, 2)
-    with pytest.raises(ConfigError, match="reference: .rnd:fbil. is not one of"):
+    with pytest.raises(ConfigError, match=r"reference: .rnd:fbil. is not one of"):
         goal_table(rows, "rnd:fbil")
 
 
