@@ -216,34 +216,12 @@ def pack_episodes(
         "names": [f.name for f in chosen],
         "rows": rows,
     }
-    keys = tuple(episode_keys(episodes[0]))
     if collection is None:
-        mixed = next(
-            (f for f, ep in zip(chosen, episodes, strict=True) if ep.keys() != set(keys)), None
-        )
-        if mixed is not None:
-            raise DatasetError(
-                f"{mixed}: its keys differ from {chosen[0].name}'s ({', '.join(keys)}); a "
-                "packed file holds episodes of one kind (with or without dynamics)"
-            )
-        dtypes = {k: np.dtype(np.float16) if k in half else np.dtype(DTYPES[k]) for k in keys}
-        arrays = {k: np.concatenate([ep[k] for ep in episodes]) for k in keys}
-        for k in half:
-            peak = float(np.abs(arrays[k]).max())
-            if peak > _FLOAT16_MAX:
-                raise DatasetError(
-                    f"{buffer}: {k} reaches {peak:g}, beyond float16's range "
-                    f"({_FLOAT16_MAX:g}); pack it without half={k}"
-                )
+        keys, dtypes, arrays = _episode_arrays(buffer, chosen, episodes, half)
         header["float16"] = list(half)
     else:
         _check_replay(collection, chosen, episodes)
-        keys = ("action", "final")
-        dtypes = {"action": np.dtype(np.float32), "final": np.dtype(np.float64)}
-        arrays = {
-            "action": np.concatenate([ep["action"] for ep in episodes]),
-            "final": np.stack([ep["physics"][-1] for ep in episodes]),
-        }
+        keys, dtypes, arrays = _replay_arrays(episodes)
         header["collection"] = record  # whole, written back beside the unpacked buffer
         header["versions"] = _versions()
         header["digests"] = [digests(ep) for ep in episodes]
@@ -262,6 +240,47 @@ def pack_episodes(
     atomic_write(out, write)
     steps = sum(rows) - len(rows)
     return PackSummary(out, domain.name, buffer.parent.name, len(rows), steps, out.stat().st_size)
+
+
+_Arrays = tuple[tuple[str, ...], dict[str, np.dtype[Any]], dict[str, np.ndarray]]
+
+
+def _episode_arrays(
+    buffer: Path, chosen: list[Path], episodes: list[dict[str, np.ndarray]], half: Sequence[str]
+) -> _Arrays:
+    """Every key of the episodes, concatenated, `half` ones in float16 where they fit."""
+    keys = tuple(episode_keys(episodes[0]))
+    mixed = next(
+        (f for f, ep in zip(chosen, episodes, strict=True) if ep.keys() != set(keys)), None
+    )
+    if mixed is not None:
+        raise DatasetError(
+            f"{mixed}: its keys differ from {chosen[0].name}'s ({', '.join(keys)}); a "
+            "packed file holds episodes of one kind (with or without dynamics)"
+        )
+    dtypes = {k: np.dtype(np.float16) if k in half else np.dtype(DTYPES[k]) for k in keys}
+    arrays = {k: np.concatenate([ep[k] for ep in episodes]) for k in keys}
+    for k in half:
+        peak = float(np.abs(arrays[k]).max())
+        if peak > _FLOAT16_MAX:
+            raise DatasetError(
+                f"{buffer}: {k} reaches {peak:g}, beyond float16's range "
+                f"({_FLOAT16_MAX:g}); pack it without half={k}"
+            )
+    return keys, dtypes, arrays
+
+
+def _replay_arrays(episodes: list[dict[str, np.ndarray]]) -> _Arrays:
+    """What regenerates the episodes: their actions and each one's final physics state."""
+    dtypes: dict[str, np.dtype[Any]] = {
+        "action": np.dtype(np.float32),
+        "final": np.dtype(np.float64),
+    }
+    arrays = {
+        "action": np.concatenate([ep["action"] for ep in episodes]),
+        "final": np.stack([ep["physics"][-1] for ep in episodes]),
+    }
+    return ("action", "final"), dtypes, arrays
 
 
 def _versions() -> dict[str, str]:
