@@ -439,14 +439,9 @@ def _move_in(hidden: Path, buffer: Path) -> None:
     hidden.rmdir()
 
 
-def _unpack_replay(
-    header: dict[str, Any],
-    arrays: dict[str, np.ndarray],
-    buffer: Path,
-    workers: int,
-    nominal: bool,
-) -> PackSummary:
-    record = header["collection"]
+def _replayed_record(header: dict[str, Any], nominal: bool) -> dict[str, Any]:
+    """The packed collection's record, or with `nominal` that of its replay at nominal."""
+    record: dict[str, Any] = header["collection"]
     if nominal:
         if record.get("dynamics") is None:
             raise ConfigError(
@@ -458,6 +453,38 @@ def _unpack_replay(
         # is a nominal collection's, so a --replay pack regenerates it in turn.
         record = {k: v for k, v in record.items() if k not in ("dynamics", "episode_dynamics")}
         record["replayed_at_nominal"] = header["source"]
+    return record
+
+
+def _unpack_into(
+    buffer: Path, collection: Collection, jobs: list[Job], workers: int
+) -> list[Regenerated]:
+    """Regenerates the episodes in a hidden folder moved in whole to `buffer`; on any
+    failure removes it and the folders it created."""
+    created = [p for p in (buffer.parent.parent, buffer.parent) if not p.exists()]
+    hidden = buffer.parent / ".buffer.unpacking"
+    shutil.rmtree(hidden, ignore_errors=True)  # a killed unpack's
+    hidden.mkdir(parents=True)
+    try:
+        results = _regenerate_all(collection, hidden, jobs, workers)
+        _move_in(hidden, buffer)
+    except BaseException:
+        shutil.rmtree(hidden, ignore_errors=True)
+        for folder in reversed(created):
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+    return results
+
+
+def _unpack_replay(
+    header: dict[str, Any],
+    arrays: dict[str, np.ndarray],
+    buffer: Path,
+    workers: int,
+    nominal: bool,
+) -> PackSummary:
+    record = _replayed_record(header, nominal)
     collection = Collection.of_record(record | {"domain": header["domain"]}, buffer)
     names, rows = header["names"], header["rows"]
     actions = arrays["action"]
@@ -473,19 +500,7 @@ def _unpack_replay(
         (name, parse_name(name)[0], actions[a:b], want)  # type: ignore[index]
         for name, a, b, want in zip(names, starts[:-1], starts[1:], wants, strict=True)
     ]
-    created = [p for p in (buffer.parent.parent, buffer.parent) if not p.exists()]
-    hidden = buffer.parent / ".buffer.unpacking"
-    shutil.rmtree(hidden, ignore_errors=True)  # a killed unpack's
-    hidden.mkdir(parents=True)
-    try:
-        results = _regenerate_all(collection, hidden, jobs, workers)
-        _move_in(hidden, buffer)
-    except BaseException:
-        shutil.rmtree(hidden, ignore_errors=True)
-        for folder in reversed(created):
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-        raise
+    results = _unpack_into(buffer, collection, jobs, workers)
     record_path = buffer.parent / COLLECTION_FILE
     if not record_path.exists():
         atomic_write(record_path, lambda tmp: tmp.write_text(json.dumps(record, indent=2)))
