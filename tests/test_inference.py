@@ -102,6 +102,33 @@ def test_methods_keep_z_on_the_sphere(
     assert all(np.isfinite(res.trace)) and math.isfinite(res.objective)
 
 
+def test_bf16_actor_computed_in_float32_matches_the_native_bf16_one(
+    model: FBModel, demos: Demos, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On CPUs without bfloat16 units the bf16 copy's Linears run in float32 from bfloat16
+    inputs and weights: the same values as torch's bfloat16 kernel, up to the order of
+    the sums, and the same gradient direction for z."""
+    import rbfm.inference.common as common
+
+    few = demos.sample(2, seed=0)
+    z = project(torch.randn(model.cfg.z_dim, generator=torch.Generator().manual_seed(0)), 1.0)
+    z = (z * model.radius).requires_grad_(True)
+    out = {}
+    for name, swap in (("float32", True), ("native", False)):
+        monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda s=swap: not s)
+        data = prepare(model, few, bf16=True)
+        linears = [m for m in data.actor.modules() if isinstance(m, nn.Linear)]
+        assert (linears == []) == swap
+        assert data.actor_obs.dtype == data.s_embed.dtype == torch.bfloat16
+        losses = common.imitation_losses(data, None, z, model.radius, 0.0, None)
+        (grad,) = torch.autograd.grad(losses.mean(), z)
+        out[name] = (losses.detach(), grad)
+    (l32, g32), (lnat, gnat) = out["float32"], out["native"]
+    assert l32.dtype == torch.float32 and not torch.equal(l32, torch.zeros_like(l32))
+    torch.testing.assert_close(l32, lnat, rtol=2e-2, atol=1e-3)
+    assert float(torch.nn.functional.cosine_similarity(g32, gnat, dim=0)) > 0.99
+
+
 def _linear_model() -> tuple[FBModel, torch.Tensor]:
     torch.manual_seed(1)
     m = FBModel(17, 6, fb_config("tiny", z_dim=4)).eval()
