@@ -131,8 +131,11 @@ CPU_CHEETAH = "cheetah:rnd-v1"
 # for the paper-size quadruped actor and 0.023 s instead of 0.066 s for a `cpu`-size
 # walker's, and whole inferences on quadruped jump took 24-38 s instead of 146-163 s,
 # all converged: without it the paper-size models' 240 inferences alone would take ~10
-# hours of one core. Certificates off: their critic fits cost more than the inference
-# (docs/inference.md measures each method's own objective exactly instead).
+# hours of one core. On CPUs without bfloat16 units (avx2 only) the copy's Linears run in
+# float32 from bfloat16 values (rbfm.inference.common), the same arithmetic: torch's generic
+# bfloat16 kernel made a quadruped inference ~100x slower there. Certificates off: their
+# critic fits cost more than the inference (docs/inference.md measures each method's own
+# objective exactly instead).
 # The paper's models (Section 4): walker on RND, APS and ProtoRL, quadruped and cheetah on
 # RND, each domain's shipped model for that data.
 PAPER_MODELS = (

@@ -297,11 +297,23 @@ def _description(cfg: PretrainConfig, ds: Dataset, m: int) -> dict[str, Any]:
     }
 
 
+def _warn_slow_bf16(bf16: bool, device: torch.device) -> None:
+    """bfloat16 autocast on a CPU without bfloat16 units runs torch's generic kernel, far
+    slower than float32 (rbfm.inference.common measures it)."""
+    if bf16 and device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        warnings.warn(
+            "bf16: this CPU has no bfloat16 units (avx512_bf16 or AMX); bfloat16 autocast "
+            "runs a generic kernel here, many times slower than float32: drop --bf16",
+            stacklevel=3,
+        )
+
+
 def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
     """Trains (or resumes) an FB model; returns the run directory."""
     fb = cfg.fb()
     device = pick_device(cfg.device)
     check_cuda_graph(cfg.cuda_graph, device, cfg.compile, fb.average_tau)
+    _warn_slow_bf16(fb.bf16, device)
     ds = load_dataset(cfg.dataset, cfg.domain)
     domain = ds.domain.name
     m = min(cfg.transitions or 1_000_000, len(ds))
