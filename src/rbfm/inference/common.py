@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rbfm.data.demos import Demos
+from rbfm.device import slow_bf16
 from rbfm.errors import DatasetError
 from rbfm.fb.context import demo_inputs
 from rbfm.fb.model import FBModel
@@ -102,7 +103,7 @@ def prepare(model: FBModel, demos: Demos, bf16: bool = False) -> Prepared:
     dtype = next(actor.parameters()).dtype
     if bf16:
         actor, dtype = actor.to(torch.bfloat16), torch.bfloat16
-        if device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        if slow_bf16(device):
             _float32_linears(actor)
     actor_obs = t["observation"].to(dtype)
     with torch.no_grad():

@@ -30,7 +30,7 @@ from tqdm import tqdm
 from rbfm.atomic import atomic_write
 from rbfm.data import Dataset, load_dataset
 from rbfm.data.dataset import draw_transitions
-from rbfm.device import pick_device
+from rbfm.device import pick_device, slow_bf16
 from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy, iqm
 from rbfm.fb.checkpoint import save_checkpoint
 from rbfm.fb.config import FBConfig, fb_config
@@ -300,7 +300,7 @@ def _description(cfg: PretrainConfig, ds: Dataset, m: int) -> dict[str, Any]:
 def _warn_slow_bf16(bf16: bool, device: torch.device) -> None:
     """bfloat16 autocast on a CPU without bfloat16 units runs torch's generic kernel, far
     slower than float32 (rbfm.inference.common measures it)."""
-    if bf16 and device.type == "cpu" and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+    if bf16 and slow_bf16(device):
         warnings.warn(
             "bf16: this CPU has no bfloat16 units (avx512_bf16 or AMX); bfloat16 autocast "
             "runs a generic kernel here, many times slower than float32: drop --bf16",
