@@ -87,6 +87,20 @@ def test_the_figure_draws_each_range_with_the_goal_thresholds() -> None:
     assert [t.get_text().strip() for t in strongest.texts] == [stated]
 
 
+def test_levels_2_4_are_a_training_range_only_beside_a_diverse_model() -> None:
+    rows = _rows()
+    nominal_only = [r for r in rows if r.dataset == "rnd-v1"]
+    assert "| inside the training range (levels 2-4) |" in goal_table(rows, "rnd-v1:fbil", 200)
+    table = goal_table(nominal_only, "rnd-v1:fbil", reps=200)
+    assert table.splitlines()[0].split("|")[3].strip() == "levels 2-4"
+    fig = goal_figure(nominal_only, "rnd-v1:fbil", reps=200)
+    assert fig.axes[1].get_title() == "cheetah: levels 2-4"
+    assert "training range" not in fig.get_supxlabel()
+    fig = goal_figure(rows, "rnd-v1:fbil", reps=200)
+    assert fig.axes[1].get_title() == "cheetah: inside the training range (levels 2-4)"
+    assert "training range" in fig.get_supxlabel()
+
+
 def test_two_experts_are_never_pooled() -> None:
     import dataclasses
 
