@@ -202,14 +202,15 @@ def _figure(
         layout="constrained",
     )
     axes = fig.subplots(len(domains), len(titles), squeeze=False)
+    shown = range_names(names)
     for row, domain in enumerate(domains):
         for col, title in enumerate(titles):
             ax = axes[row, col]
             _goal_panel(ax, found[domain][title], names, reference, title)
             ax.set_yticks(range(len(names)), names if col == 0 else [""] * len(names), fontsize=7)
             # A group named with its expert is too long to share a line with the range.
-            shown = range_names(names)[title]
-            ax.set_title(f"{domain}\n{shown}" if by_expert else f"{domain}: {shown}", fontsize=9)
+            name = shown[title]
+            ax.set_title(f"{domain}\n{name}" if by_expert else f"{domain}: {name}", fontsize=9)
     caption = (
         "Tick: IQM of the per-seed mean returns pooled over the range's tasks, families and "
         "levels; bar: its 95% stratified-bootstrap CI. Solid line: the reference "
@@ -217,7 +218,7 @@ def _figure(
         "at the two strongest levels). Beside each bar its ratio to the reference "
         "(*: CIs disjoint)."
     )
-    if len(titles) == len(RANGES) and INSIDE in range_names(names).values():
+    if len(titles) == len(RANGES) and INSIDE in shown.values():
         caption += " Levels 2-4 lie inside the diverse models' training range, 5-6 beyond it."
     fig.supxlabel(
         textwrap.fill(caption, width=caption_width(fig.get_figwidth())), fontsize=7, color="0.25"
