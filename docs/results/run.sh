@@ -23,7 +23,8 @@ if [ ${#stages[@]} -eq 0 ]; then
         shift-fbil-walker shift-own-fbil-walker shift-paper-walker shift-paper-cheetah
         shift-own-paper-cheetah shift-cheetah shift-walker shift-quadruped@stand
         shift-quadruped@walk shift-quadruped@run shift-quadruped@jump adapt-walker@stand
-        adapt-walker@walk adapt-walker@run adapt-walker@flip adapt-cheetah@walk adapt-cheetah@run)
+        adapt-walker@walk adapt-walker@run adapt-walker@flip adapt-cheetah@walk adapt-cheetah@run
+        adapt-cheetah@walk_backward)
 fi
 # Stages read as ratios to one reference configuration (python -m rbfm.reporting.goals).
 declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [adapt-fbil-walker]=rnd:fbil
