@@ -54,11 +54,19 @@ for item in "${stages[@]}"; do
     if [ -n "${reference[$stage]:-}" ]; then
         python -m rbfm.reporting.goals "$out/results.csv" --reference "${reference[$stage]}" \
             --figure "$dest/goals.png" > "$dest/goals.md"
-        cp "$out/adaptations.csv" "$dest/" 2>/dev/null || true
+        # The adaptation searches, where the stage has any: what each cost and moved.
+        if [ -f "$out/adaptations.csv" ]; then
+            cp "$out/adaptations.csv" "$dest/"
+            python -m rbfm.reporting.searches "$dest/adaptations.csv" > "$dest/searches.md"
+        fi
         if [ -n "$task" ]; then
             python -m rbfm.reporting.goals docs/results/"$stage"/*/results.csv \
                 --reference "${reference[$stage]}" --figure "docs/results/$stage/goals.png" \
                 > "docs/results/$stage/goals.md"
+            if [ -f "$dest/adaptations.csv" ]; then
+                python -m rbfm.reporting.searches docs/results/"$stage"/*/adaptations.csv \
+                    > "docs/results/$stage/searches.md"
+            fi
         fi
     fi
     # One copy per figure: `grid` keeps only the figures its per-domain stages do not have
