@@ -49,37 +49,60 @@ def _write(path: Path, rows: list[dict[str, str]]) -> Path:
     return path
 
 
-def test_summary_counts_moves_and_means(tmp_path: Path) -> None:
-    # Two FB-IL searches, one kept its start; one RBFM-Light search with no rank
-    # correlation (its candidates tied).
-    path = _write(
-        tmp_path / "adaptations.csv",
-        [
-            _row("a", "fbil", 0.8, 0.8, "0.5"),
-            _row("b", "fbil", 0.6, 0.2, "0.7"),
-            _row("c", "rbfm-light", 0.9, 0.3, ""),
-        ],
+def test_summary_counts_moves_and_means(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Out of alphabetical order: rows keep the files' order. Two FB-IL searches, one kept
+    # its start; one RBFM-Light search with no rank correlation (its candidates tied), in
+    # a second file; a file of the header alone (no search finished) adds nothing.
+    first = _write(
+        tmp_path / "a.csv",
+        [_row("c", "rbfm-light", 0.9, 0.3, ""), _row("a", "fbil", 0.8, 0.8, "0.5")],
     )
-    fbil, light = summary(read_searches([path]))
+    second = _write(tmp_path / "b.csv", [{**_row("b", "fbil", 0.6, 0.2, "0.7"), "seconds": "4"}])
+    empty = tmp_path / "empty.csv"
+    empty.write_text("cell\n")
+    light, fbil = summary(read_searches([first, empty, second]))
     assert len(fbil) == len(HEADER)
-    assert fbil[3:6] == ["fbil", "adapt", "2"]
+    assert fbil[3:8] == ["fbil", "adapt", "2", "10.0", "3.00"]
     assert fbil[8] == "0.70 -> 0.50"
     assert fbil[9] == "50%"
     assert fbil[10] == "0.60"
     assert fbil[11] == "-"
     assert fbil[12] == "100.0 -> 120.0"
-    assert light[9] == "100%" and light[10] == "-"
+    assert light[3] == "rbfm-light" and light[9] == "100%" and light[10] == "-"
+    main([str(first), str(second)])
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and lines[2].startswith("| cheetah | rnd | run | rbfm-light |")
+    assert summary(read_searches([empty])) == []
+
+
+@pytest.mark.parametrize(
+    ("column", "value"), [("distance_start", "nan"), ("distance_chosen", ""), ("seconds", "inf")]
+)
+def test_a_missing_number_is_refused_with_its_line(tmp_path: Path, column: str, value: str) -> None:
+    rows = [
+        _row("a", "fbil", 0.8, 0.4, "0.5"),
+        {**_row("b", "fbil", 0.8, 0.4, "0.5"), column: value},
+    ]
+    bad = _write(tmp_path / "bad.csv", rows)
+    with pytest.raises(ConfigError, match=rf"bad\.csv:3: {column} is '{value}', not a number"):
+        read_searches([bad])
 
 
 def test_summary_refuses_what_it_cannot_read(tmp_path: Path) -> None:
     good = _write(tmp_path / "good.csv", [_row("a", "fbil", 0.8, 0.4, "0.5")])
-    with pytest.raises(ConfigError, match="is 2 times"):
-        read_searches([good, good])
+    other = _write(tmp_path / "other.csv", [_row("a", "fbil", 0.8, 0.4, "0.5")])
+    with pytest.raises(ConfigError, match=r"is 2 times in .*good\.csv, .*other\.csv"):
+        read_searches([good, other])
     with pytest.raises(ConfigError, match="no such file"):
         read_searches([tmp_path / "missing.csv"])
-    nan = _write(tmp_path / "nan.csv", [_row("a", "fbil", float("nan"), 0.4, "0.5")])
-    with pytest.raises(ConfigError, match=r"nan.csv:2: distance_start is 'nan'"):
-        read_searches([nan])
+    with pytest.raises(ConfigError, match="no file given"):
+        read_searches([])
+    with pytest.raises(ConfigError, match="a list of files"):
+        read_searches(str(good))
+    blank = tmp_path / "blank.csv"
+    blank.write_text("")
+    with pytest.raises(ConfigError, match=r"blank\.csv: not a CSV file"):
+        read_searches([blank])
     short = tmp_path / "short.csv"
     short.write_text("domain,cell\ncheetah,a\n")
     with pytest.raises(ConfigError, match="no column dataset"):

@@ -1,14 +1,16 @@
 """What the adaptation searches did, read from the adaptations.csv `rbfm experiment` writes
-(`docs/experiments.md`): per task, start and search, how far each moved z towards the
-demonstrations, how often it left its start, how well its criterion ranked its own
-episodes' returns, and what it cost. These are the search statistics `docs/results.md`
-quotes beside the evaluated returns.
+(`docs/experiments.md`): per task, start and search, how its distance to the
+demonstrations in B's space changed, how often it left its start, how well each
+criterion ranked its own episodes' returns, and what it cost. These are the search
+statistics `docs/results.md` quotes beside the evaluated returns.
 
     python -m rbfm.reporting.searches docs/results/adapt-cheetah/*/adaptations.csv
 
-A search "ends on a new z" when the distance of its answer differs from its start's: a
-kept start has the start's distance to the last bit, and two task vectors sharing it to
-the last bit are not met in practice.
+Each row reads a search after its whole budget (the file's `episodes`; a stage's smaller
+budgets are prefixes of the same search and keep their start more often). A search
+"ends on a new z" when the distance of its answer differs from its start's: a kept
+start has the start's distance to the last bit, and two task vectors sharing it to the
+last bit are not met in practice.
 """
 
 from __future__ import annotations
@@ -47,37 +49,50 @@ HEADER = (
     "episodes",
     "s per search",
     "distance, start -> answer",
-    "new z",
+    "new z (whole budget)",
     "Spearman, distance",
     "Spearman, implied",
     "own return, start -> answer",
 )
 
 
+def _read_one(path: Path) -> pd.DataFrame:
+    """One adaptations.csv, checked; a file of the header alone (a stage whose searches
+    have not finished yet) has no rows."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file (an adaptations.csv of `rbfm experiment`)")
+    try:
+        frame = pd.read_csv(path, dtype={k: str for k in (*KEYS, "cell")}, keep_default_na=False)
+    except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
+        raise ConfigError(f"{path}: not a CSV file ({e})") from e
+    if frame.empty:
+        return frame
+    missing = [c for c in (*KEYS, *NUMBERS, "cell") if c not in frame.columns]
+    if missing:
+        raise ConfigError(f"{path}: no column {', '.join(missing)} (not an adaptations.csv?)")
+    for column in NUMBERS:
+        raw = frame[column].astype(str)
+        values = pd.to_numeric(raw.where(raw != "", "nan"), errors="coerce")
+        empty = (raw == "") if column in MAY_BE_EMPTY else pd.Series(False, index=raw.index)
+        bad = ~np.isfinite(values.to_numpy(dtype=float)) & ~empty.to_numpy()
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ConfigError(f"{path}:{i + 2}: {column} is {raw.iloc[i]!r}, not a number")
+        frame[column] = values
+    frame["file"] = str(path)
+    return frame
+
+
 def read_searches(paths: Sequence[str | Path]) -> pd.DataFrame:
     """The rows of several adaptations.csv, checked: every column this report reads is
     there and numeric, and no search (cell) is in two files."""
+    if isinstance(paths, str | Path):
+        raise ConfigError(f"adaptations: a list of files, not the single {str(paths)!r}")
     if not paths:
         raise ConfigError("adaptations: no file given")
-    frames = []
-    for path in map(Path, paths):
-        if not path.is_file():
-            raise ConfigError(f"{path}: no such file (an adaptations.csv of `rbfm experiment`)")
-        frame = pd.read_csv(path, dtype={k: str for k in (*KEYS, "cell")}, keep_default_na=False)
-        missing = [c for c in (*KEYS, *NUMBERS, "cell") if c not in frame.columns]
-        if missing:
-            raise ConfigError(f"{path}: no column {', '.join(missing)} (not an adaptations.csv?)")
-        for column in NUMBERS:
-            raw = frame[column].astype(str)
-            values = pd.to_numeric(raw.where(raw != "", "nan"), errors="coerce")
-            empty = (raw == "") if column in MAY_BE_EMPTY else pd.Series(False, index=raw.index)
-            bad = ~np.isfinite(values.to_numpy(dtype=float)) & ~empty.to_numpy()
-            if bad.any():
-                i = int(np.flatnonzero(bad)[0])
-                raise ConfigError(f"{path}:{i + 2}: {column} is {raw.iloc[i]!r}, not a number")
-            frame[column] = values
-        frame["file"] = str(path)
-        frames.append(frame)
+    frames = [f for f in (_read_one(Path(p)) for p in paths) if not f.empty]
+    if not frames:
+        return pd.DataFrame(columns=[*KEYS, *NUMBERS, "cell", "file"])
     rows = pd.concat(frames, ignore_index=True)
     twice = rows[rows.duplicated("cell", keep=False)]
     if not twice.empty:
