@@ -24,6 +24,7 @@ from rbfm.experiments.certificate import heavy_certificates, tv_certificates
 from rbfm.experiments.plan import Plan
 from rbfm.experiments.runner import Store, pending
 from rbfm.experiments.spec import PRESETS, with_overrides
+from rbfm.experiments.table import read_adaptations
 from rbfm.fb import fb_config
 from rbfm.fb.checkpoint import read_meta, save_checkpoint
 from rbfm.fb.model import FBModel
@@ -772,11 +773,10 @@ def test_adaptation_is_an_axis_of_cells_evaluated_at_each_budget(
     assert len(k1) <= run.computed["reused"] < len(k1) + 2 * (2 + 1)
     adapted = [r for r in rows if r.variant == "adapt-k2"]
     assert all((tmp_path / r.policy).exists() for r in adapted)
-    assert (tmp_path / "adaptations.csv").read_text().count("\n") == 5
-    with open(tmp_path / "adaptations.csv") as f:
-        costs = list(csv.DictReader(f))
+    costs = read_adaptations(tmp_path / "adaptations.csv")
+    assert len(costs) == 4 and {c.cell for c in costs} == {a.id for a in p.adapts}
     # The oracle chooses the candidate with the best return on its own episodes.
-    assert all(r["return_chosen"] == r["return_best"] for r in costs if r["adaptation"] == "oracle")
+    assert all(r.return_chosen == r.return_best for r in costs if r.adaptation == "oracle")
     again = run_experiment(spec, tmp_path, LocalExecutor(0), progress=False)
     assert sum(again.computed.values()) == 0
     with pytest.raises(ConfigError, match=r"adapt\[0\].evaluate: 3"):

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rbfm.errors import ConfigError
+from rbfm.experiments.table import read_adaptations, write_adaptation_table
 from rbfm.reporting.searches import HEADER, main, read_searches, summary
 
 BASE = {
@@ -59,7 +60,7 @@ def test_summary_counts_moves_and_means(tmp_path: Path, capsys: pytest.CaptureFi
     )
     second = _write(tmp_path / "b.csv", [{**_row("b", "fbil", 0.6, 0.2, "0.7"), "seconds": "4"}])
     empty = tmp_path / "empty.csv"
-    empty.write_text("cell\n")
+    empty.write_text(",".join(COLUMNS) + "\n")
     light, fbil = summary(read_searches([first, empty, second]))
     assert len(fbil) == len(HEADER)
     assert fbil[3:8] == ["fbil", "adapt", "2", "10.0", "3.00"]
@@ -76,22 +77,31 @@ def test_summary_counts_moves_and_means(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 @pytest.mark.parametrize(
-    ("column", "value"), [("distance_start", "nan"), ("distance_chosen", ""), ("seconds", "inf")]
+    ("column", "value", "kind"),
+    [
+        ("distance_start", "nan", "a finite number"),
+        ("distance_chosen", "", "a number"),
+        ("seconds", "inf", "a finite number"),
+        ("episodes", "2.5", "an integer"),
+    ],
 )
-def test_a_missing_number_is_refused_with_its_line(tmp_path: Path, column: str, value: str) -> None:
+def test_a_missing_number_is_refused_with_its_line(
+    tmp_path: Path, column: str, value: str, kind: str
+) -> None:
     rows = [
         _row("a", "fbil", 0.8, 0.4, "0.5"),
         {**_row("b", "fbil", 0.8, 0.4, "0.5"), column: value},
     ]
     bad = _write(tmp_path / "bad.csv", rows)
-    with pytest.raises(ConfigError, match=rf"bad\.csv:3: {column} is '{value}', not a number"):
+    message = rf"bad\.csv, line 3: .*{column} is '{value}', not {kind}"
+    with pytest.raises(ConfigError, match=message):
         read_searches([bad])
 
 
 def test_summary_refuses_what_it_cannot_read(tmp_path: Path) -> None:
     good = _write(tmp_path / "good.csv", [_row("a", "fbil", 0.8, 0.4, "0.5")])
     other = _write(tmp_path / "other.csv", [_row("a", "fbil", 0.8, 0.4, "0.5")])
-    with pytest.raises(ConfigError, match=r"is 2 times in .*good\.csv, .*other\.csv"):
+    with pytest.raises(ConfigError, match=r"other\.csv: its run cell a is also in .*good\.csv"):
         read_searches([good, other])
     with pytest.raises(ConfigError, match="no such file"):
         read_searches([tmp_path / "missing.csv"])
@@ -101,11 +111,21 @@ def test_summary_refuses_what_it_cannot_read(tmp_path: Path) -> None:
         read_searches(str(good))
     blank = tmp_path / "blank.csv"
     blank.write_text("")
-    with pytest.raises(ConfigError, match=r"blank\.csv: not a CSV file"):
+    with pytest.raises(ConfigError, match=r"blank\.csv: empty, not an adaptations table"):
         read_searches([blank])
     short = tmp_path / "short.csv"
     short.write_text("domain,cell\ncheetah,a\n")
-    with pytest.raises(ConfigError, match="no column dataset"):
+    with pytest.raises(ConfigError, match=r"not an adaptations table \(no column dataset\)"):
         read_searches([short])
     with pytest.raises(SystemExit):
         main([str(tmp_path / "missing.csv")])
+
+
+def test_the_typed_rows_write_back_the_committed_bytes(tmp_path: Path) -> None:
+    # The runner writes AdaptationRow and this report reads it: one schema. A stage's
+    # committed file read and written again is the same file, so a rerun changes nothing.
+    committed = Path(__file__).parents[1] / "docs/results/adapt-cheetah/walk/adaptations.csv"
+    rows = read_adaptations(committed)
+    assert len(rows) == 270 and {r.adaptation for r in rows} == {"adapt", "oracle"}
+    again = write_adaptation_table(tmp_path / "adaptations.csv", rows)
+    assert again.read_bytes() == committed.read_bytes()

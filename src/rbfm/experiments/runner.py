@@ -34,7 +34,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from rbfm.atomic import atomic_csv, atomic_write
+from rbfm.atomic import atomic_write
 from rbfm.data.demos import Demos, load_demos, save_demos
 from rbfm.experiments.certificate import Certificate
 from rbfm.experiments.executors import Executor
@@ -69,9 +69,11 @@ from rbfm.experiments.plan import (
 )
 from rbfm.experiments.spec import ExperimentSpec
 from rbfm.experiments.table import (
+    AdaptationRow,
     CeilingRow,
     CertificateRow,
     ResultRow,
+    write_adaptation_table,
     write_ceiling_table,
     write_certificate_table,
     write_table,
@@ -803,63 +805,60 @@ def collect_rows(store: Store, p: Plan) -> list[ResultRow]:
     return rows
 
 
-def _agreement(rec: dict[str, Any]) -> dict[str, object]:
+def _agreement(rec: dict[str, Any]) -> dict[str, Any]:
     """How an adaptation's candidates fared on its own episodes: the start's, the chosen
     one's and the best one's return, and how well each reward-free criterion ranks the
-    candidates by return (Spearman; blank where undefined or not recorded)."""
+    candidates by return (Spearman; None where undefined or not recorded)."""
     from scipy.stats import spearmanr
 
-    returns = np.asarray(rec["returns"])
+    returns = np.asarray(rec["returns"], dtype=float)
 
-    def rank(score: list[float] | None) -> object:
+    def rank(score: list[float] | None) -> float | None:
         if score is None or len(returns) < 3 or np.ptp(returns) == 0 or np.ptp(score) == 0:
-            return ""
+            return None
         return round(float(spearmanr(score, returns).statistic), 4)
 
     return {
-        "return_start": returns[0],
-        "return_chosen": returns[rec["best"][-1]],
-        "return_best": returns.max(),
+        "return_start": float(returns[0]),
+        "return_chosen": float(returns[rec["best"][-1]]),
+        "return_best": float(returns.max()),
         "spearman_distance": rank([-d for d in rec["distances"]]),
         "spearman_implied": rank(rec.get("implied")),
     }
 
 
 def write_adaptations(store: Store, p: Plan) -> Path:
-    """adaptations.csv: per finished adaptation, what it cost (episodes, seconds per
-    problem in its batch), the B distance to the demonstrations at its start z and at its
-    answer after the whole budget, and its candidates' returns on its own episodes
-    (`_agreement`)."""
-    rows: list[dict[str, object]] = []
+    """adaptations.csv (`table.AdaptationRow`): per finished adaptation, what it cost
+    (episodes, seconds per problem in its batch), the B distance to the demonstrations at
+    its start z and at its answer after the whole budget, and its candidates' returns on
+    its own episodes (`_agreement`)."""
+    rows = []
     for a in p.adapts:
         path = store.adapt_record(a)
         if not path.exists():
             continue
         rec, inf = store.read(path), a.infer
         rows.append(
-            {
-                "domain": inf.demos.model.domain,
-                "dataset": inf.demos.model.dataset,
-                "task": inf.demos.task,
-                "expert": inf.demos.expert.name,
-                "method": inf.variant.method,
-                "adaptation": a.label,
-                "seed": inf.seed,
-                "family": a.family,
-                "level": "" if a.level is None else a.level,
-                "episodes": len(rec["candidates"]) * a.config["states"],
-                "seconds": round(rec["seconds"], 3),
-                "unstable": rec["unstable"],
-                "distance_start": rec["distances"][0],
-                "distance_chosen": rec["distances"][rec["best"][-1]],
+            AdaptationRow(
+                domain=inf.demos.model.domain,
+                dataset=inf.demos.model.dataset,
+                task=inf.demos.task,
+                expert=inf.demos.expert.name,
+                method=inf.variant.method,
+                adaptation=a.label,
+                seed=inf.seed,
+                family=a.family,
+                level=a.level,
+                episodes=len(rec["candidates"]) * a.config["states"],
+                seconds=round(rec["seconds"], 3),
+                unstable=rec["unstable"],
+                distance_start=rec["distances"][0],
+                distance_chosen=rec["distances"][rec["best"][-1]],
                 **_agreement(rec),
-                "cell": a.id,
-            }
+                cell=a.id,
+            )
         )
-    out = store.root / "adaptations.csv"
-    columns = tuple(rows[0]) if rows else ("cell",)
-    atomic_csv(out, rows, columns)
-    return out
+    return write_adaptation_table(store.root / "adaptations.csv", rows)
 
 
 def write_ceilings(store: Store, p: Plan) -> Path:

@@ -67,10 +67,13 @@ class ResultRow:
 
 COLUMNS = tuple(f.name for f in fields(ResultRow))
 _FLOATS = {"eps", "level", "mean", "std", "inference_seconds", "demonstrations_mean", "radius"}
-_FLOATS |= {"nominal_loss", "worst_case_loss"}
+_FLOATS |= {"nominal_loss", "worst_case_loss", "seconds", "distance_start", "distance_chosen"}
+_FLOATS |= {"return_start", "return_chosen", "return_best", "spearman_distance", "spearman_implied"}
 _INTS = {"seed", "episodes", "unstable"}
-_OPTIONAL = {"eps", "level"}
-# A NaN return or loss is a result (a policy that broke), shown as such, never dropped.
+# Empty for nominal (level), FB-IL (eps), and a search whose candidates all tie (spearman_*).
+_OPTIONAL = {"eps", "level", "spearman_distance", "spearman_implied"}
+# A NaN return or loss is a result (a policy that broke), shown as such, never dropped; an
+# infinite worst-case loss means no bound was found. Every other number is finite.
 _NAN_ALLOWED = {"mean", "nominal_loss", "worst_case_loss"}
 _ADDED_LATER = {"expert"}  # columns older tables lack (read with their defaults)
 
@@ -83,7 +86,7 @@ def write_table(path: str | os.PathLike[str], rows: list[ResultRow]) -> Path:
 
 
 def _records(
-    rows: Sequence[ResultRow | CeilingRow | CertificateRow],
+    rows: Sequence[ResultRow | CeilingRow | CertificateRow | AdaptationRow],
 ) -> list[dict[str, object]]:
     return [{k: "" if v is None else v for k, v in asdict(r).items()} for r in rows]
 
@@ -92,12 +95,18 @@ def _parse(name: str, value: str) -> object:
     if name in _OPTIONAL and value == "":
         return None
     if name in _FLOATS:
-        x = float(value)
-        if math.isnan(x) and name not in _NAN_ALLOWED:
-            raise ValueError(f"{name} is NaN")
+        try:
+            x = float(value)
+        except ValueError:
+            raise ValueError(f"{name} is {value!r}, not a number") from None
+        if not math.isfinite(x) and name not in _NAN_ALLOWED:
+            raise ValueError(f"{name} is {value!r}, not a finite number")
         return x
     if name in _INTS:
-        return int(value)
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"{name} is {value!r}, not an integer") from None
     return value
 
 
@@ -201,23 +210,88 @@ def read_certificates(path: str | os.PathLike[str]) -> list[CertificateRow]:
     return _read_rows(path, CertificateRow, "certificates")
 
 
-R = TypeVar("R", CeilingRow, CertificateRow)
+@dataclass(frozen=True)
+class AdaptationRow:
+    """A row of an experiment's adaptations.csv: one finished adaptation search (its
+    start's inference, its family and level) after its whole budget: the episodes and
+    seconds it cost (seconds per search in its batch), the distance to the demonstrations
+    in B's space at its start z and at its answer, its start's, answer's and best
+    candidate's return on its own episodes, and how well each reward-free criterion
+    ranked its candidates by that return (Spearman; empty where undefined or not
+    recorded). `rbfm.reporting.searches` summarises it."""
+
+    domain: str
+    dataset: str
+    task: str
+    expert: str
+    method: str
+    adaptation: str
+    seed: int
+    family: str
+    level: float | None
+    episodes: int
+    seconds: float
+    unstable: int
+    distance_start: float
+    distance_chosen: float
+    return_start: float
+    return_chosen: float
+    return_best: float
+    spearman_distance: float | None
+    spearman_implied: float | None
+    cell: str
+
+
+ADAPTATION_COLUMNS = tuple(f.name for f in fields(AdaptationRow))
+
+
+def write_adaptation_table(path: str | os.PathLike[str], rows: list[AdaptationRow]) -> Path:
+    """Writes adaptations.csv atomically (the header alone when there are no rows)."""
+    path = Path(path)
+    atomic_csv(path, _records(rows), ADAPTATION_COLUMNS)
+    return path
+
+
+def read_adaptations(path: str | os.PathLike[str]) -> list[AdaptationRow]:
+    """The rows of an adaptations.csv (`write_adaptation_table`); errors name file, line
+    and column."""
+    return _read_rows(path, AdaptationRow, "adaptations")
+
+
+R = TypeVar("R", CeilingRow, CertificateRow, AdaptationRow)
 
 
 def _read_rows(path: str | os.PathLike[str], row: type[R], what: str) -> list[R]:
-    """Every line of a CSV written from `row` dataclasses, parsed by column name."""
+    """Every line of a CSV written from `row` dataclasses, parsed by column name; a file
+    of the header alone has no rows, one without a header is refused."""
     columns = [f.name for f in fields(row)]
     article = "an" if what[0] in "aeiou" else "a"
     rows = []
     try:
         with open(path, newline="") as f:
-            for line, rec in enumerate(csv.DictReader(f), start=2):
+            reader = csv.DictReader(f)
+            if reader.fieldnames is None:
+                raise ConfigError(f"{path}: empty, not {article} {what} table")
+            missing = [c for c in columns if c not in reader.fieldnames]
+            if missing:
+                raise ConfigError(f"{path}: not {article} {what} table (no column {missing[0]})")
+            for line, rec in enumerate(reader, start=2):
                 try:
                     values = {c: _parse(c, rec[c]) for c in columns}
                     rows.append(row(**values))  # type: ignore[arg-type]
-                except (KeyError, TypeError, ValueError) as e:
+                except (TypeError, ValueError) as e:
                     message = f"{path}, line {line}: not {article} {what} table ({e})"
                     raise ConfigError(message) from e
     except OSError as e:
         raise ConfigError(f"{path}: cannot read the {what} table ({e})") from e
     return rows
+
+
+def once(tables: Sequence[tuple[str, Sequence[ResultRow | AdaptationRow]]]) -> None:
+    """Refuses a cell that is in two of the (path, rows) tables: pooling a stage whose
+    tasks ran apart would count it twice."""
+    seen: dict[str, str] = {}
+    for path, rows in tables:
+        for r in rows:
+            if seen.setdefault(r.cell, path) != path:
+                raise ConfigError(f"{path}: its {r.task} cell {r.cell} is also in {seen[r.cell]}")

@@ -26,7 +26,7 @@ from matplotlib.figure import Figure
 from rbfm.envs import get_perturbation
 from rbfm.errors import ConfigError
 from rbfm.evaluation.aggregate import stratified_iqm
-from rbfm.experiments.table import ResultRow, read_table
+from rbfm.experiments.table import ResultRow, once, read_table
 from rbfm.reporting.figures import save_figure
 from rbfm.reporting.plots import caption_width
 from rbfm.reporting.report import markdown
@@ -229,14 +229,9 @@ def _figure(
 def read_tables(paths: Sequence[str]) -> list[ResultRow]:
     """The rows of several results.csv (a stage's tasks run apart); a cell in two of them
     is refused, since pooling would count it twice."""
-    rows: list[ResultRow] = []
-    seen: dict[str, str] = {}
-    for path in paths:
-        for r in read_table(path):
-            if seen.setdefault(r.cell, path) != path:
-                raise ConfigError(f"{path}: its {r.task} cell {r.cell} is also in {seen[r.cell]}")
-            rows.append(r)
-    return rows
+    tables = [(path, read_table(path)) for path in paths]
+    once(tables)
+    return [r for _, rows in tables for r in rows]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

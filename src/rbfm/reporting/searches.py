@@ -17,28 +17,16 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from rbfm.errors import ConfigError
+from rbfm.experiments.table import ADAPTATION_COLUMNS, once, read_adaptations
 from rbfm.reporting.report import markdown
 
 KEYS = ("domain", "dataset", "task", "method", "adaptation")
-NUMBERS = (
-    "episodes",
-    "seconds",
-    "distance_start",
-    "distance_chosen",
-    "return_start",
-    "return_chosen",
-    "spearman_distance",
-    "spearman_implied",
-)
-# The rank correlations are undefined for a search whose candidates all tie (NaN there);
-# every other number must be present.
-MAY_BE_EMPTY = ("spearman_distance", "spearman_implied")
 HEADER = (
     "domain",
     "data",
@@ -56,53 +44,24 @@ HEADER = (
 )
 
 
-def _read_one(path: Path) -> pd.DataFrame:
-    """One adaptations.csv, checked; a file of the header alone (a stage whose searches
-    have not finished yet) has no rows."""
-    if not path.is_file():
-        raise ConfigError(f"{path}: no such file (an adaptations.csv of `rbfm experiment`)")
-    try:
-        frame = pd.read_csv(path, dtype={k: str for k in (*KEYS, "cell")}, keep_default_na=False)
-    except (pd.errors.EmptyDataError, pd.errors.ParserError) as e:
-        raise ConfigError(f"{path}: not a CSV file ({e})") from e
-    if frame.empty:
-        return frame
-    missing = [c for c in (*KEYS, *NUMBERS, "cell") if c not in frame.columns]
-    if missing:
-        raise ConfigError(f"{path}: no column {', '.join(missing)} (not an adaptations.csv?)")
-    for column in NUMBERS:
-        raw = frame[column].astype(str)
-        values = pd.to_numeric(raw.where(raw != "", "nan"), errors="coerce")
-        empty = (raw == "") if column in MAY_BE_EMPTY else pd.Series(False, index=raw.index)
-        bad = ~np.isfinite(values.to_numpy(dtype=float)) & ~empty.to_numpy()
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise ConfigError(f"{path}:{i + 2}: {column} is {raw.iloc[i]!r}, not a number")
-        frame[column] = values
-    frame["file"] = str(path)
-    return frame
-
-
 def read_searches(paths: Sequence[str | Path]) -> pd.DataFrame:
-    """The rows of several adaptations.csv, checked: every column this report reads is
-    there and numeric, and no search (cell) is in two files."""
+    """The rows of several adaptations.csv (`rbfm.experiments.table.read_adaptations`:
+    every column there and numeric, a file of the header alone adding none), one frame;
+    a search (cell) in two files is refused."""
     if isinstance(paths, str | Path):
         raise ConfigError(f"adaptations: a list of files, not the single {str(paths)!r}")
     if not paths:
         raise ConfigError("adaptations: no file given")
-    frames = [f for f in (_read_one(Path(p)) for p in paths) if not f.empty]
-    if not frames:
-        return pd.DataFrame(columns=[*KEYS, *NUMBERS, "cell", "file"])
-    rows = pd.concat(frames, ignore_index=True)
-    twice = rows[rows.duplicated("cell", keep=False)]
-    if not twice.empty:
-        cell = twice["cell"].iloc[0]
-        where = twice.loc[twice["cell"] == cell, "file"]
-        raise ConfigError(
-            f"search {cell} is {len(where)} times in {', '.join(dict.fromkeys(where))}: "
-            "pooling would count it more than once"
-        )
-    return rows
+    for path in paths:
+        if not Path(path).is_file():
+            raise ConfigError(f"{path}: no such file (an adaptations.csv of `rbfm experiment`)")
+    tables = [(str(p), read_adaptations(p)) for p in paths]
+    once(tables)
+    rows = [asdict(r) for _, table in tables for r in table]
+    # None (an undefined rank correlation) becomes NaN, which the means skip.
+    return pd.DataFrame(rows, columns=list(ADAPTATION_COLUMNS)).astype(
+        {"spearman_distance": float, "spearman_implied": float}
+    )
 
 
 def _mean(values: pd.Series, digits: int) -> str:
