@@ -80,15 +80,19 @@ _ADDED_LATER = {"expert"}  # columns older tables lack (read with their defaults
 
 def write_table(path: str | os.PathLike[str], rows: list[ResultRow]) -> Path:
     """Writes the rows atomically (a temporary file renamed over the target)."""
-    path = Path(path)
-    atomic_csv(path, _records(rows), COLUMNS)
-    return path
+    return _write_rows(path, rows, COLUMNS)
 
 
-def _records(
+def _write_rows(
+    path: str | os.PathLike[str],
     rows: Sequence[ResultRow | CeilingRow | CertificateRow | AdaptationRow],
-) -> list[dict[str, object]]:
-    return [{k: "" if v is None else v for k, v in asdict(r).items()} for r in rows]
+    columns: Sequence[str],
+) -> Path:
+    """The rows as CSV, None as an empty field, written atomically (a temporary file
+    renamed over the target)."""
+    records = [{k: "" if v is None else v for k, v in asdict(r).items()} for r in rows]
+    atomic_csv(Path(path), records, columns)
+    return Path(path)
 
 
 def _parse(name: str, value: str) -> object:
@@ -158,9 +162,7 @@ CEILING_COLUMNS = tuple(f.name for f in fields(CeilingRow))
 
 def write_ceiling_table(path: str | os.PathLike[str], rows: list[CeilingRow]) -> Path:
     """Writes experts.csv atomically."""
-    path = Path(path)
-    atomic_csv(path, _records(rows), CEILING_COLUMNS)
-    return path
+    return _write_rows(path, rows, CEILING_COLUMNS)
 
 
 def read_ceilings(path: str | os.PathLike[str]) -> list[CeilingRow]:
@@ -199,9 +201,7 @@ CERTIFICATE_COLUMNS = tuple(f.name for f in fields(CertificateRow))
 
 def write_certificate_table(path: str | os.PathLike[str], rows: list[CertificateRow]) -> Path:
     """Writes certificates.csv atomically (the header alone when there are no rows)."""
-    path = Path(path)
-    atomic_csv(path, _records(rows), CERTIFICATE_COLUMNS)
-    return path
+    return _write_rows(path, rows, CERTIFICATE_COLUMNS)
 
 
 def read_certificates(path: str | os.PathLike[str]) -> list[CertificateRow]:
@@ -247,9 +247,7 @@ ADAPTATION_COLUMNS = tuple(f.name for f in fields(AdaptationRow))
 
 def write_adaptation_table(path: str | os.PathLike[str], rows: list[AdaptationRow]) -> Path:
     """Writes adaptations.csv atomically (the header alone when there are no rows)."""
-    path = Path(path)
-    atomic_csv(path, _records(rows), ADAPTATION_COLUMNS)
-    return path
+    return _write_rows(path, rows, ADAPTATION_COLUMNS)
 
 
 def read_adaptations(path: str | os.PathLike[str]) -> list[AdaptationRow]:
