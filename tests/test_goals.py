@@ -11,7 +11,7 @@ from matplotlib.axes import Axes
 from rbfm.envs import get_perturbation
 from rbfm.errors import ConfigError
 from rbfm.experiments.table import ResultRow
-from rbfm.reporting.goals import RANGES, estimates, goal_figure, goal_table, scores
+from rbfm.reporting.goals import RANGES, estimates, gaps, goal_figure, goal_table, scores
 
 
 def _rows() -> list[ResultRow]:
@@ -60,6 +60,31 @@ def test_ratios_by_range_against_the_reference() -> None:
     assert scores(rows, (4, 5))["rnd-v1:fbil"].shape == (5, 2)
     with pytest.raises(ConfigError, match=r"reference: .rnd:fbil. is not one of"):
         goal_table(rows, "rnd:fbil")
+
+
+def test_paired_gaps_difference_seed_by_seed() -> None:
+    """A configuration 3 points above the reference on every seed has a gap of exactly 3
+    with a CI of width 0, however far apart the seeds' returns are; one whose seeds are not
+    the reference's is left out rather than paired with the wrong ones."""
+    from dataclasses import replace
+
+    from rbfm.reporting.goals import _gap_table
+
+    ref = [r for r in _rows() if r.dataset == "rnd-v1"]
+    spread = [replace(r, mean=r.mean + 100.0 * r.seed) for r in ref]
+    above = [replace(r, dataset="up", mean=r.mean + 3.0, cell=r.cell + "u") for r in spread]
+    shifted = [replace(r, dataset="other", seed=r.seed + 1, cell=r.cell + "o") for r in spread]
+    found = gaps(spread + above + shifted, "rnd-v1:fbil", reps=200)
+    for per in found.values():
+        assert per["up:fbil"] == pytest.approx((3.0, 3.0, 3.0))
+        assert "other:fbil" not in per
+    # Side by side the two intervals overlap (the seeds spread 400 points); paired, 3 > 0.
+    pooled = estimates(spread + above, "rnd-v1:fbil", reps=200)["nominal"]
+    assert pooled["up:fbil"][1] < pooled["rnd-v1:fbil"][2]
+    table = _gap_table(found, ["rnd-v1:fbil", "up:fbil", "other:fbil"], "rnd-v1:fbil")
+    assert "| up:fbil | +3.0 [+3.0, +3.0]* |" in table and "| other:fbil | - | - | - |" in table
+    with pytest.raises(ConfigError, match="reference: 'rnd:fbil'"):
+        gaps(spread, "rnd:fbil")
 
 
 def test_the_figure_draws_each_range_with_the_goal_thresholds() -> None:

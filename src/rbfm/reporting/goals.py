@@ -9,6 +9,8 @@ disjoint, and >= 0.95x at nominal).
 A configuration is (data label, results label), e.g. `rnd-rand:fbil` or
 `rnd-v1:fbil (adapt-k5)`; each pools its per-seed mean returns over the tasks,
 families and levels of a range, as the stage figures' IQMs do (stratified bootstrap).
+Under each table of IQMs, a table of each configuration's paired gap to the reference:
+the IQM of its per-seed differences over the same cells, with the same bootstrap.
 """
 
 from __future__ import annotations
@@ -81,18 +83,28 @@ def groups(rows: Sequence[ResultRow]) -> dict[str, list[ResultRow]]:
     return out
 
 
-def scores(rows: Sequence[ResultRow], indices: tuple[int, ...]) -> dict[str, np.ndarray]:
-    """Per configuration, its (seeds x combinations) matrix over the levels at `indices`;
-    configurations that miss a combination another has are left out."""
+Combination = tuple[str, str, float | None]  # task, family, level
+Cells = dict[str, dict[Combination, dict[int, float]]]
+
+
+def _cells(rows: Sequence[ResultRow], indices: tuple[int, ...]) -> tuple[Cells, list[Combination]]:
+    """Per configuration, per (task, family, level) at `indices`, each seed's mean return;
+    and every combination any configuration has."""
     experts = sorted({r.expert for r in rows})
     if len(experts) > 1:
         raise ConfigError(f"rows of {len(experts)} experts ({', '.join(experts)}): pick one")
-    cells: dict[str, dict[tuple[str, str, float | None], dict[int, float]]] = {}
+    cells: Cells = {}
     for r in rows:
         if _index(r) in indices:
             key = (r.task, r.family, r.level)
             cells.setdefault(f"{r.dataset}:{r.label}", {}).setdefault(key, {})[r.seed] = r.mean
-    combos = sorted({k for c in cells.values() for k in c}, key=str)
+    return cells, sorted({k for c in cells.values() for k in c}, key=str)
+
+
+def scores(rows: Sequence[ResultRow], indices: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """Per configuration, its (seeds x combinations) matrix over the levels at `indices`;
+    configurations that miss a combination another has are left out."""
+    cells, combos = _cells(rows, indices)
     out = {}
     for name, per in cells.items():
         if all(k in per for k in combos) and len({len(per[k]) for k in combos}) == 1:
@@ -108,6 +120,33 @@ def estimates(
     if reference not in configs(rows):
         raise ConfigError(f"reference: {reference!r} is not one of {configs(rows)}")
     return {name: stratified_iqm(scores(rows, idx), reps) for name, idx in RANGES.items()}
+
+
+def gaps(
+    rows: Sequence[ResultRow], reference: str, reps: int = 2000
+) -> dict[str, dict[str, Estimate]]:
+    """Per range, each configuration's IQM of its paired differences to `reference` (seed
+    by seed: a seed's configurations imitate the same demonstrations and are evaluated on
+    the same initial states) over the range's tasks, families and levels, with the same
+    stratified-bootstrap 95% CI. A configuration is left out of a range where its seeds
+    differ from the reference's in some combination."""
+    if reference not in configs(rows):
+        raise ConfigError(f"reference: {reference!r} is not one of {configs(rows)}")
+    out: dict[str, dict[str, Estimate]] = {}
+    for name, idx in RANGES.items():
+        cells, combos = _cells(rows, idx)
+        ref = cells.get(reference, {})
+        diffs = {}
+        if all(k in ref for k in combos) and len({len(ref[k]) for k in combos}) == 1:
+            for config, per in cells.items():
+                if config != reference and all(
+                    k in per and per[k].keys() == ref[k].keys() for k in combos
+                ):
+                    diffs[config] = np.array(
+                        [[per[k][s] - ref[k][s] for s in sorted(ref[k])] for k in combos]
+                    ).T
+        out[name] = stratified_iqm(diffs, reps) if diffs else {}
+    return out
 
 
 def _disjoint(a: Estimate, b: Estimate) -> bool:
@@ -133,6 +172,24 @@ def _table(found: dict[str, dict[str, Estimate]], names: list[str], reference: s
             line.append(f"{m:.1f} [{lo:.1f}, {hi:.1f}] ({m / ref[0]:.2f}x{star})")
         body.append(line)
     return markdown(["configuration", *range_names(names).values()], body)
+
+
+def _gap_table(found: dict[str, dict[str, Estimate]], names: list[str], reference: str) -> str:
+    """Each configuration's paired gap to `reference` per range (`*`: its CI excludes 0)."""
+    body = []
+    for name in names:
+        if name == reference:
+            continue
+        line = [name]
+        for per in found.values():
+            if name not in per:
+                line.append("-")
+                continue
+            m, lo, hi = per[name]
+            star = "*" if lo > 0 or hi < 0 else ""
+            line.append(f"{m:+.1f} [{lo:+.1f}, {hi:+.1f}]{star}")
+        body.append(line)
+    return markdown([f"paired gap to {reference}", *range_names(names).values()], body)
 
 
 def _goal_panel(
@@ -252,15 +309,22 @@ def main(argv: Sequence[str] | None = None) -> None:
         figure = _figure(found, configs(rows), args.reference, several_experts(rows))
         save_figure(figure, Path(args.figure))
     for group, mine in split.items():
-        print(f"### {group}, pooled over its tasks\n")
-        print(_table(found[group], configs(mine), args.reference) + "\n")
         # Pooling can cancel a gain on one task (or family) against a loss on another.
+        blocks = [(f"{group}, pooled over its tasks", mine)]
         for task in dict.fromkeys(r.task for r in mine):
-            print(f"### {group} {task}\n")
-            print(goal_table([r for r in mine if r.task == task], args.reference) + "\n")
+            blocks.append((f"{group} {task}", [r for r in mine if r.task == task]))
         for family in dict.fromkeys(r.family for r in mine):
-            print(f"### {group} {family}, pooled over its tasks\n")
-            print(goal_table([r for r in mine if r.family == family], args.reference) + "\n")
+            these = [r for r in mine if r.family == family]
+            blocks.append((f"{group} {family}, pooled over its tasks", these))
+        for title, these in blocks:
+            print(f"### {title}\n")
+            if these is mine:
+                print(_table(found[group], configs(mine), args.reference) + "\n")
+            else:
+                print(goal_table(these, args.reference) + "\n")
+            # Seed by seed the configurations share demonstrations and initial states: the
+            # paired gap is tighter than two intervals side by side.
+            print(_gap_table(gaps(these, args.reference), configs(these), args.reference) + "\n")
 
 
 if __name__ == "__main__":
