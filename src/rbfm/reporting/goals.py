@@ -112,13 +112,17 @@ def scores(rows: Sequence[ResultRow], indices: tuple[int, ...]) -> dict[str, np.
     return out
 
 
+def _check_reference(rows: Sequence[ResultRow], reference: str) -> None:
+    if reference not in configs(rows):
+        raise ConfigError(f"reference: {reference!r} is not one of {configs(rows)}")
+
+
 def estimates(
     rows: Sequence[ResultRow], reference: str, reps: int = 2000
 ) -> dict[str, dict[str, Estimate]]:
     """Per range, each configuration's IQM and 95% CI, pooled over the range's tasks,
     families and levels (stratified bootstrap with `reps` resamples)."""
-    if reference not in configs(rows):
-        raise ConfigError(f"reference: {reference!r} is not one of {configs(rows)}")
+    _check_reference(rows, reference)
     return {name: stratified_iqm(scores(rows, idx), reps) for name, idx in RANGES.items()}
 
 
@@ -130,8 +134,7 @@ def gaps(
     the same initial states) over the range's tasks, families and levels, with the same
     stratified-bootstrap 95% CI. A configuration is left out of a range where its seeds
     differ from the reference's in some combination."""
-    if reference not in configs(rows):
-        raise ConfigError(f"reference: {reference!r} is not one of {configs(rows)}")
+    _check_reference(rows, reference)
     out: dict[str, dict[str, Estimate]] = {}
     for name, idx in RANGES.items():
         cells, combos = _cells(rows, idx)
