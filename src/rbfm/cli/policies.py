@@ -100,8 +100,10 @@ def infer(args: argparse.Namespace) -> None:
 @command(
     "adapt",
     "adapt a task vector to the environment it meets, from a few reward-free episodes",
-    "Moves z so that its episodes' states match the demonstrations' in the model's B space; "
-    "never reads a reward (but with --criterion reward). docs/inference.md.",
+    "Tries task vectors near z for a few episodes in the deployed environment and keeps the "
+    "one whose states best match the demonstrations' in the model's B space (--criterion "
+    "demos) or that scores best under the reward z implies (implied); it reads the task's "
+    "reward only with --criterion reward, the oracle for reports. See docs/inference.md.",
     config=AdaptConfig,
     checkpoint=Use(None, "the FB model of the task vector (default: its file's); " + MODEL),
     demos=REQUIRED,
