@@ -691,6 +691,13 @@ def test_the_grid_stages_are_slices_of_the_grid() -> None:
         ("cheetah", "model:cheetah:rnd-v1"),
     }
     assert (len(independent.infers), len(independent.evals)) == (90, 1620)
+    # Its adaptation slice reuses FB-IL's inferences and evaluations there, and adds only
+    # searches and the adapted z's evaluations (nominal and the two strongest levels).
+    adapted = plan(PRESETS["adapt-independent"])
+    assert {i.id for i in adapted.infers} <= {i.id for i in independent.infers}
+    plain = {e.id for e in adapted.evals if e.adapt is None}
+    assert plain <= {e.id for e in independent.evals} and len(plain) == 6 * 3 * 3 * 5
+    assert len(adapted.adapts) == 2 * len(plain)  # the distance's search and the oracle's
 
 
 @pytest.mark.parametrize("name", ["shift-quadruped", "adapt"])

@@ -199,9 +199,24 @@ ADAPT_SLICE_MODELS = {
 }
 
 
-def _ends(levels: tuple[float, ...]) -> tuple[float, ...]:
-    """Nominal and a sweep's two strongest levels."""
-    return (levels[0], *levels[-2:])
+def _ends(domain: str) -> dict[str, tuple[float, ...]]:
+    """Each family's nominal and two strongest levels (where the adaptation goal reads)."""
+    levels = {f: get_perturbation(domain, f).levels for f in families(domain)}
+    return {f: (lv[0], *lv[-2:]) for f, lv in levels.items()}
+
+
+# Q1 with independent experts: each domain's RND model imitating the reward-inferred
+# policy of another FB model of its domain: noiseless demonstrations that no z of the
+# imitating model reproduces (walker: `walker:rnd-v4`, the shipped walker's data and
+# recipe on another seed, zero-shot close to it on every task, so all four tasks;
+# quadruped and cheetah: the models they replaced, on each domain's first task, stand
+# and walk, where those return 725 and 500 zero-shot, docs/models.md; at cheetah run
+# the other RND cheetah returns 105).
+INDEPENDENT_MODELS = (
+    ModelEntry("walker", experts=("model:walker:rnd-v4",)),
+    ModelEntry("quadruped", tasks=("stand",), experts=("model:quadruped:rnd-v2",)),
+    ModelEntry("cheetah", tasks=("walk",), experts=("model:cheetah:rnd-v1",)),
+)
 
 
 def _adapt_slice(
@@ -217,14 +232,7 @@ def _adapt_slice(
         entries = tuple(dataclasses.replace(a, states=states, evaluate=(10,)) for a in entries)
     return ExperimentSpec(
         name=name,
-        models=(
-            ModelEntry(
-                domain,
-                label,
-                checkpoint=checkpoint,
-                levels={f: _ends(get_perturbation(domain, f).levels) for f in families(domain)},
-            ),
-        ),
+        models=(ModelEntry(domain, label, checkpoint=checkpoint, levels=_ends(domain)),),
         methods=(MethodEntry("fbil"),),
         adapt=tuple(dataclasses.replace(a, methods=("fbil",), search=search) for a in entries),
         **{**CPU_GRID, "experts": ("noisy",)},
@@ -392,20 +400,11 @@ PRESETS: dict[str, ExperimentSpec] = {
         ),
         **{**CPU_GRID, "certificate_steps": 1000},
     ),
-    # Q1 with independent experts: each domain's RND model imitating the reward-inferred
-    # policy of another FB model of its domain: noiseless demonstrations that no z of the
-    # imitating model reproduces (walker: `walker:rnd-v4`, the shipped walker's data and
-    # recipe on another seed, zero-shot close to it on every task, so all four tasks;
-    # quadruped and cheetah: the models they replaced, on each domain's first task, stand
-    # and walk, where those return 725 and 500 zero-shot, docs/models.md; at cheetah run
-    # the other RND cheetah returns 105). FB methods at their defaults, every family.
+    # Q1 with independent experts (INDEPENDENT_MODELS): FB methods at their defaults,
+    # every family.
     "independent": ExperimentSpec(
         name="independent",
-        models=(
-            ModelEntry("walker", experts=("model:walker:rnd-v4",)),
-            ModelEntry("quadruped", tasks=("stand",), experts=("model:quadruped:rnd-v2",)),
-            ModelEntry("cheetah", tasks=("walk",), experts=("model:cheetah:rnd-v1",)),
-        ),
+        models=INDEPENDENT_MODELS,
         methods=_methods(*FB_METHODS),
         **CPU_GRID,
     ),
@@ -536,6 +535,17 @@ PRESETS: dict[str, ExperimentSpec] = {
     # states the budget buys one candidate beside the start. Fixed before it ran.
     "adapt-cone-s2-walker": _adapt_slice(
         "adapt-cone-s2-walker", "walker", *ADAPT_SLICE_MODELS["walker"], "cone", states=2
+    ),
+    # FB-IL's z from the independent experts' demonstrations (the `independent` stage's
+    # inferences and evaluations, reused) adapted with the `adapt` stage's settings, at
+    # nominal and the two strongest levels: demonstrations no z of the model reproduces,
+    # beside the noisy expert's. FB-IL only and three levels per family, to fit a sitting.
+    "adapt-independent": ExperimentSpec(
+        name="adapt-independent",
+        models=tuple(dataclasses.replace(m, levels=_ends(m.domain)) for m in INDEPENDENT_MODELS),
+        methods=(MethodEntry("fbil"),),
+        adapt=tuple(dataclasses.replace(a, methods=("fbil",)) for a in ADAPT),
+        **CPU_GRID,
     ),
     # The cone slice on cheetah's dynamics-diverse context model, its own noisy expert:
     # adaptation on a model that has seen several physics and reads the recent history.
