@@ -100,10 +100,8 @@ def infer(args: argparse.Namespace) -> None:
 @command(
     "adapt",
     "adapt a task vector to the environment it meets, from a few reward-free episodes",
-    "Tries task vectors near z for a few episodes in the deployed environment and keeps the "
-    "one whose states best match the demonstrations' in the model's B space (--criterion "
-    "demos) or that scores best under the reward z implies (implied); it reads the task's "
-    "reward only with --criterion reward, the oracle for reports. See docs/inference.md.",
+    "Tries z's near z for a few episodes in the deployed environment; keeps the closest to the "
+    "demos in B's space (or the best by z's implied reward; by the task's: the oracle).",
     config=AdaptConfig,
     checkpoint=Use(None, "the FB model of the task vector (default: its file's); " + MODEL),
     demos=REQUIRED,
