@@ -813,3 +813,19 @@ def test_a_truncated_model_is_refused_before_anything_is_written(
     with pytest.raises(ConfigError, match=r"models\[0\].checkpoint: .*corrupt"):
         run_experiment(from_dict(smoke_dict(str(stem))), tmp_path / "run", LocalExecutor(0))
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("domain", ["walker", "quadruped", "cheetah"])
+def test_the_context_models_adapt_as_the_nominal_ones_do(domain: str) -> None:
+    """Adaptation on a dynamics-diverse context model is compared at the settings of the
+    nominal model's cone slice (searches, budgets, criteria, levels, expert source), and its
+    plain FB-IL cells are those `shift-own-fbil-DOMAIN` computed: only searches are new."""
+    ctx, nominal = PRESETS[f"adapt-cone-{domain}-rand-ctx"], PRESETS[f"adapt-cone-{domain}"]
+    assert ctx.adapt == nominal.adapt and ctx.experts == nominal.experts == ("noisy",)
+    assert ctx.models[0].levels == nominal.models[0].levels
+    assert ctx.models[0].checkpoint == f"{domain}:rnd-rand-ctx"
+    p = plan(ctx)
+    own = plan(PRESETS[f"shift-own-fbil-{domain}"])
+    plain = {e.id for e in p.evals if e.adapt is None}
+    assert {i.id for i in p.infers} <= {i.id for i in own.infers}
+    assert plain <= {e.id for e in own.evals} and len(plain) == 4 * 3 * 3 * 5

@@ -38,7 +38,8 @@ declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [adapt-fbil-walker]=rnd:f
     [shift-paper-cheetah]=rnd-nominal-paper:fbil [shift-own-paper-cheetah]=rnd-nominal-paper:fbil
     [shift-cheetah]=rnd-v1:fbil [shift-quadruped]=rnd-v2:fbil [shift-walker]=rnd:fbil
     [adapt-walker]=rnd:fbil [adapt-quadruped]=rnd:fbil [adapt-cheetah]=rnd:fbil
-    [adapt-independent]=rnd:fbil)
+    [adapt-independent]=rnd:fbil [adapt-cone-walker-rand-ctx]=rnd-rand-ctx:fbil
+    [adapt-cone-quadruped-rand-ctx]=rnd-rand-ctx:fbil)
 # STAGE@TASK runs one task of a stage (`rbfm experiment STAGE --tasks TASK`, whose cells are
 # the stage's) into docs/results/STAGE/TASK/: a stage too long to finish at one sitting
 # completes a task at a time, and docs/results/STAGE/goals.md pools the tasks done so far.

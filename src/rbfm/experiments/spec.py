@@ -547,11 +547,18 @@ PRESETS: dict[str, ExperimentSpec] = {
         adapt=tuple(dataclasses.replace(a, methods=("fbil",)) for a in ADAPT),
         **CPU_GRID,
     ),
-    # The cone slice on cheetah's dynamics-diverse context model, its own noisy expert:
+    # The cone slice on each domain's dynamics-diverse context model, its own noisy expert:
     # adaptation on a model that has seen several physics and reads the recent history.
-    "adapt-cone-cheetah-rand-ctx": _adapt_slice(
-        "adapt-cone-cheetah-rand-ctx", "cheetah", "rnd-rand-ctx", "cheetah:rnd-rand-ctx", "cone"
-    ),
+    **{
+        f"adapt-cone-{domain}-rand-ctx": _adapt_slice(
+            f"adapt-cone-{domain}-rand-ctx",
+            domain,
+            "rnd-rand-ctx",
+            f"{domain}:rnd-rand-ctx",
+            "cone",
+        )
+        for domain in ("cheetah", "walker", "quadruped")
+    },
     # The paper's grid (Section 4) at its scale: the paper's models, the FB methods at their
     # default settings, the baselines at their paper presets, 100 episodes per level, FB
     # inference in float32, both expert sources.
