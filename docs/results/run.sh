@@ -25,7 +25,8 @@ if [ ${#stages[@]} -eq 0 ]; then
         shift-quadruped@walk shift-quadruped@run shift-quadruped@jump adapt-walker@stand
         adapt-walker@walk adapt-walker@run adapt-walker@flip adapt-cheetah@walk adapt-cheetah@run
         adapt-cheetah@walk_backward adapt-cheetah@run_backward adapt-quadruped@stand
-        adapt-quadruped@walk adapt-quadruped@run adapt-quadruped@jump adapt-independent)
+        adapt-quadruped@walk adapt-quadruped@run adapt-quadruped@jump adapt-independent
+        adapt-cone-walker-rand-ctx)
 fi
 # Stages read as ratios to one reference configuration (python -m rbfm.reporting.goals).
 declare -A reference=([adapt-fbil-cheetah]=rnd-v1:fbil [adapt-fbil-walker]=rnd:fbil
