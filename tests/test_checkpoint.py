@@ -211,18 +211,24 @@ def test_a_domain_name_names_the_shipped_model(
     for stem in ("cheetah_cpu", "walker_aps", "walker_rnd", "walker_rnd-v1"):
         (assets / f"{stem}.json").write_text("{}")
     monkeypatch.setattr(checkpoint, "ASSETS", assets)
+    monkeypatch.delenv("RBFM_MODELS", raising=False)
     monkeypatch.chdir(tmp_path)
     resolve = checkpoint.resolve
-    assert resolve("cheetah") == resolve("cheetah:cpu") == assets / "cheetah_cpu"
+    assert resolve("cheetah:cpu") == assets / "cheetah_cpu"
+    # A domain's default that is not installed is never replaced by another of its models.
+    with pytest.raises(CheckpointError, match=r"cheetah \(cheetah_rnd, 32.6 MB\) is not installed"):
+        resolve("cheetah")
     # RND is the default although walker_aps comes first by name.
     assert resolve("walker") == resolve("walker:rnd") == assets / "walker_rnd"
     assert resolve("walker:aps") == assets / "walker_aps"
     # A replaced model stays loadable by its label, outside the default lookup.
     assert resolve("walker:rnd-v1") == assets / "walker_rnd-v1"
-    with pytest.raises(CheckpointError, match=r"no quadruped model is shipped with rbfm"):
+    with pytest.raises(CheckpointError, match=r"quadruped \(quadruped_rnd, .*\) is not installed"):
         resolve("quadruped")
-    with pytest.raises(CheckpointError, match=r"no walker:proto model is shipped"):
+    with pytest.raises(CheckpointError, match=r"walker:proto \(walker_proto, .*\) is not inst"):
         resolve("walker:proto")
+    with pytest.raises(CheckpointError, match=r"no walker:rnd-v2 model is shipped"):
+        resolve("walker:rnd-v2")  # a label no model of rbfm's has
     (tmp_path / "walker").mkdir()  # a run directory of that name comes first
     assert resolve("walker") == Path("walker") / "best"
 

@@ -71,6 +71,16 @@ def load_model(name: str | os.PathLike[str], device: str | None = None) -> Model
     return Model(fb.requires_grad_(False), meta, str(name))
 
 
+def list_models() -> None:
+    """Prints every model that `load_model` takes by name: domain, size, zero-shot IQM,
+    whether this install has it, how to get it, and last "N of M installed" (as `rbfm
+    models`). Reads descriptions and file sizes only; `rbfm.fb.checkpoint.listed_models`
+    gives the rows as data."""
+    from rbfm.fb.checkpoint import models_table
+
+    print(models_table())
+
+
 @dataclass(repr=False)
 class Imitation:
     """What a method inferred from demonstrations: a task vector of `model` (FB

@@ -15,6 +15,7 @@ from rbfm.errors import RbfmError
 ORDER = (
     "quickstart", "collect", "pretrain", "zero-shot", "demos", "infer", "adapt", "evaluate",
     "experiment", "render", "export", "plot", "info", "pack", "unpack", "envs",
+    "models",
 )  # fmt: skip
 
 # Small networks on one state batch at a time: extra torch threads only spin (zero-shot

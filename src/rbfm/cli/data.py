@@ -1,4 +1,5 @@
-"""Commands for data and pretraining: collect, pretrain, info, pack, unpack, envs."""
+"""Commands for data and pretraining: collect, pretrain, info, pack, unpack, and the
+listings envs and models."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def collect(args: argparse.Namespace) -> None:
     from rbfm.envs.dynamics import PRESETS as DYNAMICS
     from rbfm.exploration import collect
 
+    checks.out_dir(args.out)
     dynamics = None if args.dynamics is None else DYNAMICS[args.dynamics]
     cfg = from_args(CollectConfig, args, overrides=checks.assignments(args.set), dynamics=dynamics)
     start = time.perf_counter()
@@ -67,6 +69,7 @@ def collect(args: argparse.Namespace) -> None:
 def pretrain(args: argparse.Namespace) -> None:
     from rbfm.training.pretrain import pretrain
 
+    checks.out_dir(args.out)
     overrides = checks.assignments(args.set)
     cfg = from_args(PretrainConfig, args, bf16=args.bf16 or None, overrides=overrides)
     if args.threads is not None:
@@ -95,6 +98,7 @@ def info(args: argparse.Namespace) -> None:
 def pack(args: argparse.Namespace) -> None:
     from rbfm.data.pack import pack_episodes
 
+    checks.out_file(args.out, made=True)
     s = pack_episodes(args.path, args.out, args.first, args.every, args.half, args.replay)
     print(s.packed(args.half))
 
@@ -110,6 +114,7 @@ def pack(args: argparse.Namespace) -> None:
 def unpack(args: argparse.Namespace) -> None:
     from rbfm.data.pack import unpack_episodes
 
+    checks.out_dir(args.out)
     print(unpack_episodes(args.path, args.out, args.workers, args.nominal).unpacked())
 
 
@@ -118,3 +123,15 @@ def envs(args: argparse.Namespace) -> None:
     from rbfm.envs.perturbations import listing
 
     print(listing())
+
+
+@command(
+    "models",
+    "list rbfm's FB models: size, zero-shot IQM, installed or how to get them",
+    "A row per model by the name --checkpoint takes; reads their descriptions, not their "
+    "weights. The wheel carries few; a clone (`pip install -e .`) or RBFM_MODELS has all.",
+)
+def models(args: argparse.Namespace) -> None:
+    from rbfm.fb.checkpoint import models_table
+
+    print(models_table())

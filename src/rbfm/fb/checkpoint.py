@@ -4,6 +4,21 @@
 `<name>.json` holds the format, domain, dimensions, preset, full config, training
 step, dataset identity and the weights' SHA-256, so a model loads without the
 training code and a torn or swapped pair of files is detected.
+
+Models by name. `walker`, `walker:aps`, `cheetah:rnd-v1`... name the file pair
+`<domain>_<label>.json/.safetensors` (a bare domain names label `rnd`, the paper's main
+data), looked up in the package's `assets` folder, then in the folder that the
+environment variable RBFM_MODELS names. A clone of rbfm holds every model in
+`src/rbfm/assets`, which an editable install (`pip install -e .`) maps into the package,
+so a clone finds them all with no further step. The wheel carries only the models in
+`WHEEL` (the quickstart's and the README's example's, 3.4 MB against 323 MB for all
+26; pyproject.toml's package-data); a wheel's user sets RBFM_MODELS to a clone's
+`src/rbfm/assets` for the others. A folder rather than a distribution per model (entry
+points, or packages of data): a model is one file pair, which `export` writes and any
+folder holds as it is, with no packaging, version or index per model to keep, and
+nothing to install in a clone. `MODELS` lists every model of this version of rbfm with
+its size and zero-shot IQM, so that the listing (`list_models`, `rbfm models`) and the
+errors can name a model that is not installed and say how to get it.
 """
 
 from __future__ import annotations
@@ -11,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +37,7 @@ from safetensors.torch import load_file, save_file
 from rbfm.atomic import atomic_write
 from rbfm.device import pick_device
 from rbfm.envs import DOMAINS, get_domain
-from rbfm.errors import RbfmError
+from rbfm.errors import ConfigError, RbfmError
 from rbfm.fb.config import FBConfig
 from rbfm.fb.model import FBModel
 
@@ -42,14 +58,93 @@ def _sha256(path: Path) -> str:
 
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
+MODELS_ENV = "RBFM_MODELS"
 _TARGETS = ("target_forward_map.", "target_backward_map.")
+
+# Every model of this version of rbfm, by file stem: its size (both files, MB of 1e6
+# bytes) and its zero-shot IQM over all tasks (docs/models.md; `mean` marks a mean over
+# tasks, the dynamics-diverse `cpu` models' only record). tests/test_models_install.py
+# checks both against a clone's files and docs/models.md.
+MODELS: dict[str, tuple[float, str]] = {
+    "cheetah_rnd": (32.6, "656.1"),
+    "cheetah_cpu": (3.4, "41.1-412.4 per task"),
+    "cheetah_rnd-nominal-paper": (32.6, "266.4"),
+    "cheetah_rnd-rand": (3.4, "269.4 mean"),
+    "cheetah_rnd-rand-ctx": (4.6, "533.3 mean"),
+    "cheetah_rnd-rand-ctx-paper": (35.0, "605.5"),
+    "cheetah_rnd-rand-paper": (32.6, "410.1"),
+    "cheetah_rnd-v1": (3.4, "285.8"),
+    "quadruped_rnd": (33.4, "651.9"),
+    "quadruped_rnd-rand": (3.8, "121.8 mean"),
+    "quadruped_rnd-rand-ctx": (8.3, "149.6 mean"),
+    "quadruped_rnd-v1": (3.8, "268.2"),
+    "quadruped_rnd-v2": (3.8, "442.3"),
+    "walker_rnd": (3.4, "487.9"),
+    "walker_aps": (3.4, "88.2"),
+    "walker_proto": (3.4, "75.4"),
+    "walker_rnd-100k": (3.4, "147.3"),
+    "walker_rnd-1m": (3.4, "154.0"),
+    "walker_rnd-500k": (3.4, "115.6"),
+    "walker_rnd-nominal-paper": (32.7, "644.0"),
+    "walker_rnd-rand": (3.4, "391.1"),
+    "walker_rnd-rand-ctx": (5.0, "246.0"),
+    "walker_rnd-rand-ctx-paper": (35.7, "490.6"),
+    "walker_rnd-rand-paper": (32.7, "563.3"),
+    "walker_rnd-v1": (3.4, "155.1"),
+    "walker_rnd-v4": (3.4, "456.8"),
+}
+# The models the wheel carries (pyproject.toml's package-data names their files).
+WHEEL = ("cheetah_rnd-v1",)
+GET = f"clone rbfm and `pip install -e .` there, or set {MODELS_ENV}=/path/to/clone/src/rbfm/assets"
+
+
+class ModelNotInstalled(CheckpointError, ConfigError):
+    """A model of rbfm's (`MODELS`) that no model folder holds: a wheel carries few."""
+
+
+def model_folders() -> list[Path]:
+    """Where model names are looked up, in order: the package's assets, then the folder
+    named by RBFM_MODELS (if set)."""
+    extra = os.environ.get(MODELS_ENV, "").strip()
+    return [ASSETS, *([Path(extra).expanduser()] if extra else [])]
+
+
+def model_name(stem: str) -> str:
+    """`walker_rnd` -> `walker` (a domain's default), `walker_aps` -> `walker:aps`."""
+    domain, _, label = stem.partition("_")
+    return domain if label == "rnd" else f"{domain}:{label}"
+
+
+def _order(stem: str) -> tuple[str, bool, str]:
+    """Domains in name order, each domain's default first, then labels in name order."""
+    domain, _, label = stem.partition("_")
+    return domain, label != "rnd", label
+
+
+def installed_models() -> dict[str, Path]:
+    """Every model the folders hold (its description is there), by file stem; where two
+    folders hold one, the first's."""
+    found: dict[str, Path] = {}
+    for folder in model_folders():
+        for description in sorted(folder.glob("*_*.json")):
+            if description.stem.partition("_")[0] in DOMAINS:
+                found.setdefault(description.stem, description.with_suffix(""))
+    return found
+
+
+def _not_installed(stem: str) -> str:
+    wheel = ", ".join(model_name(s) for s in WHEEL)
+    return (
+        f"{model_name(stem)} ({stem}, {MODELS[stem][0]} MB) is not installed (the wheel "
+        f"carries {wheel}; `rbfm models` lists all): {GET}"
+    )
 
 
 def resolve(path: str | os.PathLike[str]) -> Path:
     """`RUN` (its best model), `RUN/best`, `RUN/best.json` or `RUN/best.safetensors` -> stem.
 
     A domain name (`walker`), or `domain:label` (`walker:aps`), that is not a file here
-    names the model shipped with rbfm (`shipped_model`).
+    names one of rbfm's models (`shipped_model`).
     """
     p = Path(path)
     name = str(path)
@@ -59,7 +154,7 @@ def resolve(path: str | os.PathLike[str]) -> Path:
         if stem is None:
             have = ", ".join(_shipped_names()) or "none"
             raise CheckpointError(
-                f"no {name} model is shipped with rbfm (shipped: {have}); pass a run "
+                f"no {name} model is shipped with rbfm (its models: {have}); pass a run "
                 "directory or checkpoint file"
             )
         return stem
@@ -71,33 +166,101 @@ def resolve(path: str | os.PathLike[str]) -> Path:
 
 
 def recorded_name(path: str | os.PathLike[str]) -> str:
-    """How a file records the model it was made with: a shipped model's name as given,
-    any other as its absolute stem, found again from whatever directory reads the file."""
+    """How a file records the model it was made with: one of rbfm's models (in a model
+    folder) by its name as given, any other as its absolute stem, found again from
+    whatever directory reads the file."""
     stem = resolve(path)
-    return str(path) if stem.resolve().parent == ASSETS else str(stem.resolve())
+    folders = {folder.resolve() for folder in model_folders()}
+    return str(path) if stem.resolve().parent in folders else str(stem.resolve())
 
 
 def _shipped_names() -> list[str]:
-    """The names `resolve` accepts for the shipped models, each domain's default first:
-    `walker`, `walker:aps`..."""
-    pairs = sorted(f.stem.partition("_")[::2] for f in ASSETS.glob("*.json"))
-    pairs.sort(key=lambda p: (p[0], p[1] != "rnd"))  # stable: labels stay in name order
-    return [d if label == "rnd" else f"{d}:{label}" for d, label in pairs]
+    """The names `resolve` accepts for rbfm's models, installed or not, each domain's
+    default first: `walker`, `walker:aps`..."""
+    return [model_name(s) for s in sorted(MODELS.keys() | installed_models().keys(), key=_order)]
 
 
 def shipped_model(domain: str, dataset: str | None = None) -> Path | None:
-    """The stem of the model shipped in the package for a domain (and data label), if any.
+    """The stem of rbfm's model for a domain and data label, from the model folders.
 
-    Files are named `<domain>_<label>.json`; a label naming the dataset (`walker_aps`)
-    is preferred, RND's (the paper's main data) when none is asked for, else the
-    domain's first model in name order.
+    Files are named `<domain>_<label>.json`; with no label, RND's (`<domain>_rnd`, the
+    paper's main data). None where no model has that label; a model of `MODELS` that no
+    folder holds raises ModelNotInstalled, which says how to get it (a domain's default is
+    never replaced by another of its models).
     """
-    found = sorted(ASSETS.glob(f"{domain}_*.json"))
-    preferred = [p for p in found if p.stem == f"{domain}_{dataset or 'rnd'}"]
-    if dataset and dataset != "rnd" and not preferred:
-        return None  # a labelled dataset (aps, rnd-100k...) needs its own model
-    chosen = preferred or found
-    return chosen[0].with_suffix("") if chosen else None
+    stem = f"{domain}_{dataset or 'rnd'}"
+    found = installed_models().get(stem)
+    if found is None and stem in MODELS:
+        raise ModelNotInstalled(_not_installed(stem))
+    return found
+
+
+@dataclass(frozen=True)
+class ListedModel:
+    """A row of `models_table`; `stem` is where the model is installed, or None."""
+
+    name: str
+    file: str
+    domain: str
+    size_mb: float
+    zero_shot: str | None
+    stem: Path | None
+
+    @property
+    def installed(self) -> bool:
+        """Both of its files are in a model folder."""
+        return self.stem is not None and self.stem.with_suffix(".safetensors").exists()
+
+    @property
+    def get(self) -> str:
+        """How to get it: in the wheel, from a clone, or `-` for a model of the folders'
+        own that rbfm does not list."""
+        if self.file in WHEEL:
+            return "in the wheel"
+        return "clone" if self.file in MODELS else "-"
+
+
+def listed_models() -> list[ListedModel]:
+    """Every model of rbfm's and any other that the model folders hold; reads the
+    descriptions and file sizes, not the weights."""
+    installed = installed_models()
+    rows = []
+    for stem in sorted(MODELS.keys() | installed.keys(), key=_order):
+        where = installed.get(stem)
+        size, zero_shot = MODELS.get(stem, (0.0, None))
+        domain = stem.partition("_")[0]
+        if where is not None:
+            domain = str(read_meta(where).get("domain", domain))
+            files = [where.with_suffix(s) for s in (".json", ".safetensors")]
+            size = round(sum(f.stat().st_size for f in files if f.exists()) / 1e6, 1)
+        rows.append(ListedModel(model_name(stem), stem, domain, size, zero_shot, where))
+    return rows
+
+
+def models_table() -> str:
+    """The listing that `rbfm models` and `rbfm.list_models` print: a row per model,
+    then the last line "N of M installed"."""
+    rows = listed_models()
+    labels = {f.resolve(): MODELS_ENV for f in model_folders()[1:]} | {ASSETS.resolve(): "package"}
+    lines = [f"{'model':<27} {'domain':<9} {'MB':>5}  {'zero-shot':<21} {'installed':<11} get it"]
+    for r in rows:
+        where = "no" if r.stem is None else labels.get(r.stem.resolve().parent, "yes")
+        if r.stem is not None and not r.installed:
+            where = "no weights"
+        zero_shot = r.zero_shot or "-"
+        lines.append(
+            f"{r.name:<27} {r.domain:<9} {r.size_mb:>5.1f}  {zero_shot:<21} {where:<11} {r.get}"
+        )
+    installed = sum(r.installed for r in rows)
+    return "\n".join(
+        [
+            *lines,
+            "zero-shot: IQM over all tasks' episodes (mean: of the task means; per task: their "
+            "range), from docs/models.md",
+            f"clone: {GET}",
+            f"{installed} of {len(rows)} installed",
+        ]
+    )
 
 
 def save_checkpoint(
