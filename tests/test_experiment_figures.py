@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from matplotlib.colors import same_color
 from matplotlib.figure import Figure
+from PIL import Image
 from scipy import stats
 
 from rbfm.errors import ConfigError
@@ -33,7 +34,7 @@ from rbfm.reporting.figures import (
     draw_all,
     eps_figure,
     grid_figure,
-    plot_grid,
+    save_figure,
 )
 from rbfm.reporting.report import (
     ceilings_table,
@@ -242,13 +243,14 @@ def test_families_that_grow_downwards_are_drawn_with_x_inverted() -> None:
     assert [ax.xaxis_inverted() for ax in fig.axes] == [False, True]
 
 
-def test_plot_grid_writes_one_png(rows: list[ResultRow], tmp_path: Path) -> None:
+def test_a_figure_is_saved_as_one_png(rows: list[ResultRow], tmp_path: Path) -> None:
     rows = [r for r in rows if r.task == "walk" and r.family == "body_mass"]  # 1 panel: quick
-    png = plot_grid(rows, "walker", tmp_path / "sub" / "grid.png")
+    png = save_figure(grid_figure(rows, "walker"), tmp_path / "sub" / "grid.png")
     assert png == tmp_path / "sub" / "grid.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert Image.open(png).mode == "P"  # 256 palette colours: a fraction of full colour's size
     # Without a suffix, .png is added; no other format is written.
-    assert plot_grid(rows, "walker", tmp_path / "g2") == tmp_path / "g2.png"
+    assert save_figure(grid_figure(rows, "walker"), tmp_path / "g2") == tmp_path / "g2.png"
     assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["g2.png", "grid.png"]
 
 
@@ -418,7 +420,7 @@ def test_draw_all_files(
 ) -> None:
     drawn: dict[str, Figure] = {}
 
-    def save(fig: Figure, out: Path) -> Path:  # rendering is slow; plot_grid's test does it
+    def save(fig: Figure, out: Path) -> Path:  # rendering is slow; a test of its own does it
         png = Path(out).with_suffix(".png")
         png.write_bytes(b"")
         drawn[png.stem] = fig

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -82,21 +84,36 @@ def count(option: str, value: int) -> None:
         raise ConfigError(f"{option}: {value} is out of range (valid: >= 1)")
 
 
-def out_file(path: str | None) -> None:
-    """An output file's folder must exist, and the file must not be a folder, before any
-    compute is spent on it."""
+def out_file(path: str | os.PathLike[str] | None, made: bool = False) -> None:
+    """An output file must not be a folder, and its folder must exist (with `made`: be
+    creatable, as for `out_dir`) and take new files, before any compute is spent on it."""
     if path is None:
         return
     if Path(path).is_dir():
         raise ConfigError(f"--out: {path} is a folder; give a file name")
-    if not Path(path).resolve().parent.is_dir():
+    folder = Path(path).resolve().parent
+    if made:
+        return out_dir(folder)
+    if not folder.is_dir():
         raise ConfigError(f"--out: the folder of {path} does not exist")
+    _takes_files(folder)
 
 
-def out_dir(path: str | Path) -> None:
-    """An output folder (made if missing) must not be a file, nor lie under one."""
+def out_dir(path: str | os.PathLike[str]) -> None:
+    """An output folder (made if missing) must not be a file, nor lie under one, and the
+    nearest folder of it that exists must take new files."""
     for p in (Path(path), *Path(path).parents):
         if p.exists():
             if not p.is_dir():
                 raise ConfigError(f"--out: {p} is a file; give a folder")
-            return
+            return _takes_files(p)
+
+
+def _takes_files(folder: Path) -> None:
+    """Creates and drops a nameless file in `folder`: permission bits do not tell (root
+    writes through them; /proc and read-only mounts refuse new files all the same)."""
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise ConfigError(f"--out: cannot write into {folder} ({e.strerror})") from None

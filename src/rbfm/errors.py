@@ -13,6 +13,10 @@ class DatasetError(RbfmError):
     """A dataset on disk is missing, empty, corrupt or does not fit its domain."""
 
 
+class InUseError(RbfmError):
+    """A folder is held by another process (rbfm.locks): two runs would write into it."""
+
+
 def unknown(kind: str, value: object, valid: object) -> ConfigError:
     """Builds the error for an unknown choice, listing the valid ones."""
     choices = ", ".join(str(v) for v in valid)  # type: ignore[attr-defined]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rbfm import checks
+from rbfm import checks, locks
 from rbfm.cli.options import REQUIRED, Use, command
 from rbfm.experiments.spec import PRESETS
 from rbfm.quickstart import QuickstartConfig
@@ -62,15 +62,16 @@ def experiment(args: argparse.Namespace) -> None:
     print(describe(p))
     if args.dry_run:
         return print(pending(p, out))
-    executor = make_executor(args.workers, args.ray)
-    print(f"running on {executor.name} into {out}")
-    summary = run_experiment(spec, out, executor, progress=not args.quiet, eval_batch=eval_batch)
-    print(summary.describe())
-    if args.figures:
-        from rbfm.reporting import draw_run_figures
+    with locks.hold(out):  # refused before any worker starts; the figures are this run's too
+        executor = make_executor(args.workers, args.ray)
+        print(f"running on {executor.name} into {out}")
+        summary = run_experiment(spec, out, executor, not args.quiet, eval_batch)
+        print(summary.describe())
+        if args.figures:
+            from rbfm.reporting import draw_run_figures
 
-        for path in draw_run_figures(out, summary.results):
-            print(f"wrote {path}")
+            for path in draw_run_figures(out, summary.results):
+                print(f"wrote {path}")
 
 
 @command(
@@ -83,4 +84,5 @@ def experiment(args: argparse.Namespace) -> None:
 def plot(args: argparse.Namespace) -> None:
     from rbfm.reporting.plots import plot_inputs
 
+    checks.out_file(args.out, made=True)
     print(f"wrote {plot_inputs(args.inputs, args.out, args.title)}")

@@ -11,10 +11,12 @@ Run directory:
     cells/certificate/<id>.json  per inference (certificate_steps > 0): its certificates
     results.csv               one row per evaluation cell of the spec (rbfm.experiments.table)
     certificates.csv          per inference and radius: nominal and worst-case loss
+    run.lock                  held (fcntl) by the run writing into it, with its process id
 
 Every file is written to a temporary name and renamed, and a cell's record is written
 after its outputs, so a run killed at any moment keeps every finished cell and nothing
-half-written; run again, it skips what is done and computes only the rest.
+half-written; run again, it skips what is done and computes only the rest. A second run
+into the directory while one is writing into it is refused (rbfm.locks).
 """
 
 from __future__ import annotations
@@ -78,6 +80,7 @@ from rbfm.experiments.table import (
     write_certificate_table,
     write_table,
 )
+from rbfm.locks import hold
 from rbfm.methods import BASELINE_METHODS
 
 # Episodes per evaluation job (`rbfm experiment --eval-batch`). Each episode's environment
@@ -344,41 +347,24 @@ def _adapted_z(store: Store, cell: EvalCell) -> tuple[list[float], Path]:
     return z, path
 
 
-def _eval_entry(store: Store, cell: EvalCell) -> EvalEntry:
-    inf = cell.infer
+def _eval_entry(store: Store, cell: EvalCell | CeilingCell) -> EvalEntry:
+    """What an evaluation job runs for a cell: the expert itself (a ceiling, with its
+    action noise), an adapted task vector, or the inference's policy."""
+    d = _demos(cell)
     z: list[float] | None
-    pol: BaselineState | None
-    if cell.adapt is not None:
-        z, pol = _adapted_z(store, cell)[0], None
+    policy: BaselineState | None = None
+    noise = 0.0
+    if isinstance(cell, CeilingCell):
+        z, noise = list(d.expert_z), d.expert.noise
+    elif cell.adapt is not None:
+        z = _adapted_z(store, cell)[0]
     else:
-        z, pol = _stored_policy(store, inf)
+        z, policy = _stored_policy(store, cell.infer)
+    family = None if cell.family == NOMINAL else cell.family
     return EvalEntry(
-        cell.id,
-        inf.demos.model.domain,
-        inf.demos.task,
-        None if cell.family == NOMINAL else cell.family,
-        cell.level,
-        cell.episodes,
-        cell.eval_seed,
-        z,
-        pol,
-    )
-
-
-def _ceiling_entry(cell: CeilingCell) -> EvalEntry:
-    d = cell.demos
-    return EvalEntry(
-        cell.id,
-        d.model.domain,
-        d.task,
-        None if cell.family == NOMINAL else cell.family,
-        cell.level,
-        cell.episodes,
-        cell.eval_seed,
-        list(d.expert_z),
-        None,
-        d.expert.noise,
-    )
+        cell.id, d.model.domain, d.task, family, cell.level, cell.episodes, cell.eval_seed, z,
+        policy, noise,
+    )  # fmt: skip
 
 
 def _demos(cell: EvalCell | CeilingCell) -> DemosCell:
@@ -521,7 +507,7 @@ def _save_adapt(run: _Run, cells: list[AdaptCell], outputs: list[AdaptOutput]) -
         _write_json(run.store.adapt_record(a), dataclasses.asdict(res))
 
 
-def _eval_job(run: _Run, cells: list[EvalCell]) -> EvalJob:
+def _eval_job(run: _Run, cells: list[C]) -> EvalJob:
     return EvalJob(_checkpoint(cells[0]), [_eval_entry(run.store, c) for c in cells])
 
 
@@ -563,10 +549,6 @@ def _reuse_starts(run: _Run, p: Plan, todo: list[EvalCell]) -> list[EvalCell]:
             {"row": dataclasses.asdict(row), "returns": returns.tolist(), "same_as": twin.id},
         )
     return rest
-
-
-def _ceiling_job(run: _Run, cells: list[CeilingCell]) -> EvalJob:
-    return EvalJob(_checkpoint(cells[0]), [_ceiling_entry(c) for c in cells])
 
 
 def _save_ceiling(run: _Run, cells: list[CeilingCell], outputs: list[EvalOutput]) -> None:
@@ -679,7 +661,7 @@ _STAGES: tuple[_Stage[Any, Any, Any], ...] = (
         name="expert evaluation",
         cells=lambda p: p.ceilings,
         record=Store.ceiling_record,
-        job=_ceiling_job,
+        job=_eval_job,
         run=run_eval,
         save=_save_ceiling,
         pack=_pack,
@@ -736,36 +718,37 @@ def run_experiment(
     start = time.perf_counter()
     p = plan(spec)  # validates everything before any work
     store = Store(out)
-    for kind in ("infer", "adapt", "eval", "ceiling", "certificate"):
-        (store.root / "cells" / kind).mkdir(parents=True, exist_ok=True)
-    for sub in ("demos", "policies"):
-        (store.root / sub).mkdir(parents=True, exist_ok=True)
-    _write_json(store.root / "spec.json", {"spec": dataclasses.asdict(spec)})
-    todo = [s.todo(store, p) for s in _STAGES]
-    skipped = p.total - sum(len(rest) for rest in todo)
-    actor = {ck: _actor_params(ck) for ck in {d.model.checkpoint for d in p.demos}}
-    cells: list[Cell] = [c for s in _STAGES for c in s.cells(p)]
-    costs = {c.id: cell_cost(c, actor) for c in cells}
-    unfinished = {c.id for rest in todo for c in rest}
-    bar = _Progress(costs, {c.id for c in cells} - unfinished, progress)
-    computed = {s.key: 0 for s in _STAGES if not s.optional}
-    computed |= {s.key: 0 for s in _STAGES if s.optional and s.cells(p)}
-    computed |= {"reused": 0} if p.adapts else {}
-    run = _Run(store, eval_batch, executor.parallel, p)
-    try:
-        for s, rest in zip(_STAGES, todo, strict=True):
-            _run_stage(s, rest, run, executor, bar, computed)
-    finally:
-        bar.close()
-        executor.close()
-    results = write_table(store.root / "results.csv", collect_rows(store, p))
-    certificates = write_certificates(store, p)
-    write_ceilings(store, p)
-    if p.adapts:
-        write_adaptations(store, p)
-    else:  # a run directory's table is its last plan's, as results.csv is
-        (store.root / "adaptations.csv").unlink(missing_ok=True)
-    return RunSummary(p, computed, skipped, time.perf_counter() - start, results, certificates)
+    with hold(store.root):
+        for kind in ("infer", "adapt", "eval", "ceiling", "certificate"):
+            (store.root / "cells" / kind).mkdir(parents=True, exist_ok=True)
+        for sub in ("demos", "policies"):
+            (store.root / sub).mkdir(parents=True, exist_ok=True)
+        _write_json(store.root / "spec.json", {"spec": dataclasses.asdict(spec)})
+        todo = [s.todo(store, p) for s in _STAGES]
+        skipped = p.total - sum(len(rest) for rest in todo)
+        actor = {ck: _actor_params(ck) for ck in {d.model.checkpoint for d in p.demos}}
+        cells: list[Cell] = [c for s in _STAGES for c in s.cells(p)]
+        costs = {c.id: cell_cost(c, actor) for c in cells}
+        unfinished = {c.id for rest in todo for c in rest}
+        bar = _Progress(costs, {c.id for c in cells} - unfinished, progress)
+        computed = {s.key: 0 for s in _STAGES if not s.optional}
+        computed |= {s.key: 0 for s in _STAGES if s.optional and s.cells(p)}
+        computed |= {"reused": 0} if p.adapts else {}
+        run = _Run(store, eval_batch, executor.parallel, p)
+        try:
+            for s, rest in zip(_STAGES, todo, strict=True):
+                _run_stage(s, rest, run, executor, bar, computed)
+        finally:
+            bar.close()
+            executor.close()
+        results = write_table(store.root / "results.csv", collect_rows(store, p))
+        certificates = write_certificates(store, p)
+        write_ceilings(store, p)
+        if p.adapts:
+            write_adaptations(store, p)
+        else:  # a run directory's table is its last plan's, as results.csv is
+            (store.root / "adaptations.csv").unlink(missing_ok=True)
+        return RunSummary(p, computed, skipped, time.perf_counter() - start, results, certificates)
 
 
 def pending(p: Plan, out: str | os.PathLike[str]) -> str:

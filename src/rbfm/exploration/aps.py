@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rbfm.errors import unknown
-from rbfm.exploration.ddpg import DDPGAgent, DDPGConfig, RunningMeanStd
+from rbfm.exploration.ddpg import DDPGAgent, DDPGConfig, RunningMeanStd, agent_presets
 from rbfm.exploration.replay import EpisodeReplay
 
 
@@ -35,12 +35,7 @@ class APSConfig(DDPGConfig):
     knn_avg: bool = True
 
 
-APS_PRESETS: dict[str, APSConfig] = {
-    "paper": APSConfig(),
-    # The RND cpu preset's sizes and update spacing (see rnd.py).
-    "cpu": APSConfig(hidden_dim=128, batch_size=256, update_every_steps=8),
-    "tiny": APSConfig(hidden_dim=32, batch_size=32, num_seed_frames=1000, update_every_steps=4),
-}
+APS_PRESETS: dict[str, APSConfig] = agent_presets(APSConfig(), {})
 
 
 def aps_config(preset: str) -> APSConfig:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -34,6 +34,28 @@ class DDPGConfig:
     stddev: float = 0.2
     stddev_clip: float = 0.3
     num_seed_frames: int = 4000
+
+
+_C = TypeVar("_C", bound=DDPGConfig)
+
+# The backbone's sizes in each preset, the same for every agent on it (paper: URLB's, the
+# defaults). cpu is sized for 2 CPU cores: >= 500 transitions/s on cheetah
+# (benchmarks/collect.py); updates cost ~10 ms there whatever the width, so they are
+# spaced out: 32 sampled transitions per environment step instead of URLB's 512.
+_BACKBONE_PRESETS: dict[str, dict[str, int]] = {
+    "paper": {},
+    "cpu": {"hidden_dim": 128, "batch_size": 256, "update_every_steps": 8},
+    "tiny": {"hidden_dim": 32, "batch_size": 32, "num_seed_frames": 1000, "update_every_steps": 4},
+}
+
+
+def agent_presets(paper: _C, own: dict[str, dict[str, Any]]) -> dict[str, _C]:
+    """An agent's presets: its `paper` config with each preset's backbone sizes, and its
+    own fields' values in that preset (`own`)."""
+    return {
+        name: replace(paper, **sizes, **own.get(name, {}))
+        for name, sizes in _BACKBONE_PRESETS.items()
+    }
 
 
 def trunk(inp: int, out: int) -> nn.Sequential:

@@ -19,7 +19,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rbfm.errors import unknown
-from rbfm.exploration.ddpg import DDPGAgent, DDPGConfig, polyak
+from rbfm.exploration.ddpg import DDPGAgent, DDPGConfig, agent_presets, polyak
 from rbfm.exploration.replay import EpisodeReplay
 
 
@@ -37,21 +37,10 @@ class ProtoConfig(DDPGConfig):
     sinkhorn_iters: int = 3
 
 
-PROTO_PRESETS: dict[str, ProtoConfig] = {
-    "paper": ProtoConfig(),
-    # The RND cpu preset's sizes and update spacing (see rnd.py); prototypes as URLB.
-    "cpu": ProtoConfig(hidden_dim=128, batch_size=256, update_every_steps=8),
-    "tiny": ProtoConfig(
-        hidden_dim=32,
-        batch_size=32,
-        num_seed_frames=1000,
-        update_every_steps=4,
-        pred_dim=16,
-        proj_dim=32,
-        num_protos=16,
-        queue_size=64,
-    ),
-}
+# Prototypes as URLB's but in the tiny preset.
+PROTO_PRESETS: dict[str, ProtoConfig] = agent_presets(
+    ProtoConfig(), {"tiny": {"pred_dim": 16, "proj_dim": 32, "num_protos": 16, "queue_size": 64}}
+)
 
 
 def proto_config(preset: str) -> ProtoConfig:

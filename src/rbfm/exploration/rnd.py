@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from rbfm.errors import unknown
-from rbfm.exploration.ddpg import DDPGAgent, DDPGConfig, RunningMeanStd
+from rbfm.exploration.ddpg import DDPGAgent, DDPGConfig, RunningMeanStd, agent_presets
 from rbfm.exploration.replay import EpisodeReplay
 
 
@@ -28,23 +28,13 @@ class RNDConfig(DDPGConfig):
     obs_clip: float = 5.0
 
 
-RND_PRESETS: dict[str, RNDConfig] = {
-    "paper": RNDConfig(),
-    # Sized for 2 CPU cores: >= 500 transitions/s on cheetah (benchmarks/collect.py).
-    # Updates cost ~10 ms here whatever the width, so they are spaced out: 32 sampled
-    # transitions per environment step instead of URLB's 512.
-    "cpu": RNDConfig(
-        hidden_dim=128, rnd_hidden_dim=128, rnd_rep_dim=64, batch_size=256, update_every_steps=8
-    ),
-    "tiny": RNDConfig(
-        hidden_dim=32,
-        rnd_hidden_dim=32,
-        rnd_rep_dim=16,
-        batch_size=32,
-        num_seed_frames=1000,
-        update_every_steps=4,
-    ),
-}
+RND_PRESETS: dict[str, RNDConfig] = agent_presets(
+    RNDConfig(),
+    {
+        "cpu": {"rnd_hidden_dim": 128, "rnd_rep_dim": 64},
+        "tiny": {"rnd_hidden_dim": 32, "rnd_rep_dim": 16},
+    },
+)
 
 
 def rnd_config(preset: str) -> RNDConfig:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 import numpy as np
@@ -42,7 +43,7 @@ from rbfm.experiments.table import (
     read_table,
 )
 from rbfm.methods import BASELINE_METHODS, NAMES, REGISTRY, display_label
-from rbfm.reporting.plots import caption_width
+from rbfm.reporting.plots import caption_width, save_png
 from rbfm.reporting.report import (
     ceilings_table,
     certificates_table,
@@ -77,7 +78,6 @@ from rbfm.reporting.verdicts import (
 
 METHODS = NAMES
 """The paper's methods, in the paper's order."""
-DPI = 200  # PNG resolution
 # DMC episode returns: 1000 steps of rewards in [0, 1]. Confidence bands are clipped to it
 # (a Student-t interval over few seeds can reach outside), and captions say so.
 RETURN_RANGE = (0.0, 1000.0)
@@ -317,13 +317,10 @@ def _suptitle(fig: Figure, text: str) -> None:
 
 def save_figure(fig: Figure, out: str | os.PathLike[str]) -> Path:
     """Writes the figure as a PNG (`out` without suffix or with .png; one format, so that
-    docs/ holds one copy of each figure) and returns its path. No software version in the
-    file, so reruns give the same bytes."""
+    docs/ holds one copy of each figure; `plots.save_png`) and returns its path."""
     out = Path(out)
-    png = (out.with_suffix("") if out.suffix.lower() == ".png" else out).with_suffix(".png")
-    png.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(png, dpi=DPI, metadata={"Software": None})
-    return png
+    stem = out.with_suffix("") if out.suffix.lower() == ".png" else out
+    return save_png(fig, stem.with_suffix(".png"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,17 +379,6 @@ def grid_figure(
     return fig
 
 
-def plot_grid(
-    rows: Sequence[ResultRow],
-    domain: str,
-    out: str | os.PathLike[str],
-    dataset: str | None = None,
-    ceilings: Sequence[CeilingRow] = (),
-) -> Path:
-    """Saves `grid_figure` as a PNG; returns its path."""
-    return save_figure(grid_figure(rows, domain, dataset, ceilings), out)
-
-
 def _panel_row(
     rows: Sequence[ResultRow],
     mine: Sequence[ResultRow],
@@ -449,18 +435,6 @@ def baselines_figure(
     return _panel_row(rows, mine, "task", domain, family, title, False, ceilings)
 
 
-def plot_baselines(
-    rows: Sequence[ResultRow],
-    domain: str,
-    family: str,
-    out: str | os.PathLike[str],
-    dataset: str | None = None,
-    ceilings: Sequence[CeilingRow] = (),
-) -> Path:
-    """Saves `baselines_figure` as a PNG; returns its path."""
-    return save_figure(baselines_figure(rows, domain, family, dataset, ceilings), out)
-
-
 def datasets_figure(
     rows: Sequence[ResultRow],
     domain: str,
@@ -478,18 +452,6 @@ def datasets_figure(
     mine = [r for r in mine if r.family == family]
     title = f"{domain} {task} under {family_text(family)}: by dataset{_expert_note(mine)}"
     return _panel_row(rows, mine, "dataset", domain, family, title, True, ceilings)
-
-
-def plot_datasets(
-    rows: Sequence[ResultRow],
-    domain: str,
-    task: str,
-    family: str,
-    out: str | os.PathLike[str],
-    ceilings: Sequence[CeilingRow] = (),
-) -> Path:
-    """Saves `datasets_figure` as a PNG; returns its path."""
-    return save_figure(datasets_figure(rows, domain, task, family, ceilings), out)
 
 
 def eps_figure(
@@ -530,19 +492,6 @@ def eps_figure(
     ax.set_title(title, fontsize=9)
     _shared_legend(fig, [ax], ncol=min(len(labels), 3))
     return fig
-
-
-def plot_eps(
-    rows: Sequence[ResultRow],
-    domain: str,
-    task: str,
-    family: str,
-    out: str | os.PathLike[str],
-    method: str = "rbfm-heavy",
-    dataset: str | None = None,
-) -> Path:
-    """Saves `eps_figure` as a PNG; returns its path."""
-    return save_figure(eps_figure(rows, domain, task, family, method, dataset), out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -697,6 +646,11 @@ def draw_all(
     return written
 
 
+def _saving(figure: Callable[..., Figure], *args: Any) -> Callable[[Path], Path]:
+    """Draws `figure(*args)` into the PNG at the path it is given, when it is given one."""
+    return lambda out: save_figure(figure(*args), out)
+
+
 def _draw_rows(
     rows: list[ResultRow],
     ceilings: list[CeilingRow],
@@ -716,16 +670,13 @@ def _draw_rows(
     for domain in unique(r.domain for r in rows):
         mine = [r for r in rows if r.domain == domain]
         for ds in unique(r.dataset for r in mine):
-            grid = partial(plot_grid, rows, domain, dataset=ds, ceilings=ceilings)
-            draw(_slug("grid", domain, ds), grid)
+            draw(_slug("grid", domain, ds), _saving(grid_figure, rows, domain, ds, ceilings))
         for ds in unique(r.dataset for r in mine):
             data = [r for r in mine if r.dataset == ds]
             for family in ordered_families(data, domain):
                 fam_rows = [r for r in data if r.family == family]
                 if any(r.method in BASELINE_METHODS for r in fam_rows):
-                    baselines = partial(
-                        plot_baselines, rows, domain, family, dataset=ds, ceilings=ceilings
-                    )
+                    baselines = _saving(baselines_figure, rows, domain, family, ds, ceilings)
                     per_dataset.append((("baselines", domain, family), 2, ds, baselines))
                 for task in unique(r.task for r in fam_rows):
                     cell = [r for r in fam_rows if r.task == task]
@@ -733,9 +684,7 @@ def _draw_rows(
                         if len({r.eps for r in cell if r.method == method}) < 2:
                             continue
                         named = () if method == "rbfm-heavy" else (method,)
-                        eps = partial(
-                            plot_eps, rows, domain, task, family, method=method, dataset=ds
-                        )
+                        eps = _saving(eps_figure, rows, domain, task, family, method, ds)
                         at = 2 + len(named)
                         per_dataset.append((("eps", *named, domain, task, family), at, ds, eps))
         for task in unique(r.task for r in mine):
@@ -744,7 +693,7 @@ def _draw_rows(
                 if len(here) > 1:
                     draw(
                         _slug("datasets", domain, task, family),
-                        partial(plot_datasets, rows, domain, task, family, ceilings=ceilings),
+                        _saving(datasets_figure, rows, domain, task, family, ceilings),
                     )
     shared = Counter(base for base, *_ in per_dataset)
     for base, at, ds, plot in per_dataset:
