@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 
@@ -53,7 +54,8 @@ def _documented_commands() -> list[tuple[str, list[str]]]:
 
     values = {"N": "10", "S": "0", "${n}": "100", "$m": "fbil"}
     found = []
-    for path in [README, *sorted((README.parent / "docs").glob("*.md"))]:
+    recipes = README.parent / "docs" / "history" / "recipes.md"  # the models' commands
+    for path in [README, *sorted((README.parent / "docs").glob("*.md")), recipes]:
         for block in re.findall(r"```bash\n(.*?)```", path.read_text(), flags=re.S):
             for line in block.replace("\\\n", " ").splitlines():
                 line = re.sub(r"\[[^\]]*\]", "", line.split("#")[0].split("&&")[0]).strip()
@@ -81,28 +83,90 @@ def test_every_documented_command_parses_and_experiments_plan(
 
 
 RESULTS = README.parent / "docs" / "results.md"
+STAGES = RESULTS.parent / "results"
+# The pages that quote the stages' numbers: the summary, the pages beside the stages
+# (protocol, inference time, the goals across stages), each stage's own page, the README.
+STAGE_PAGES = sorted(STAGES.glob("*/README.md"))
+RESULT_PAGES = [RESULTS, *sorted(STAGES.glob("*.md")), *STAGE_PAGES]
+CITING_PAGES = [*RESULT_PAGES, README]
 
 
-def test_every_interval_the_results_page_cites_is_in_a_generated_table() -> None:
-    """docs/results.md copies its numbers by hand from the tables each stage writes
-    (docs/results/STAGE/expert-*/tables.md, and goals.md where a stage has one): every
-    "IQM [low, high]" it cites must be found there, so that a reader can trace it and a
-    redraw that moved it is noticed."""
-    generated = [*(RESULTS.parent / "results").rglob("tables.md")]
-    generated += (RESULTS.parent / "results").rglob("goals.md")
-    tables = "\n".join(p.read_text() for p in generated)
-    tables = tables.replace(" | [", " [")  # the IQM tables put the CI in its own column
+def _page_id(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+@functools.cache
+def _generated_tables() -> str:
+    """What the stages write (docs/results/STAGE/.../tables.md, and goals.md where a stage
+    has one), with the IQM tables' CI column joined to its IQM."""
+    generated = sorted([*STAGES.rglob("tables.md"), *STAGES.rglob("goals.md")])
+    return "\n".join(p.read_text() for p in generated).replace(" | [", " [")
+
+
+def _cited(page: Path) -> list[str]:
     interval = r"-?\d+\.\d \[-?\d+\.\d, -?\d+\.\d\]"
-    cited = re.findall(interval, RESULTS.read_text().replace("\n", " "))
-    assert len(cited) > 200
-    missing = sorted({c for c in cited if c not in tables})
-    assert not missing, f"docs/results.md cites intervals no tables.md has: {missing}"
+    return re.findall(interval, page.read_text().replace("\n", " "))
 
 
-def test_every_figure_the_results_page_shows_exists() -> None:
-    shown = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", RESULTS.read_text())
-    assert shown
-    assert [p for p in shown if not (RESULTS.parent / p).is_file()] == []
+@pytest.mark.parametrize("page", CITING_PAGES, ids=_page_id)
+def test_every_interval_a_results_page_cites_is_in_a_generated_table(page: Path) -> None:
+    """The results pages copy their numbers by hand from the tables each stage writes:
+    every "IQM [low, high]" a page cites must be found there, so that a reader can trace
+    it and a redraw that moved it is noticed."""
+    missing = sorted({c for c in _cited(page) if c not in _generated_tables()})
+    assert not missing, f"{_page_id(page)} cites intervals no tables.md or goals.md has: {missing}"
+
+
+def test_every_stage_has_its_page_and_the_summary_links_it() -> None:
+    """Each stage directory holds its page beside its files, the pages hold the intervals
+    (so the check above reads real pages), and docs/results.md links every one."""
+    stages = sorted(d for d in STAGES.iterdir() if d.is_dir())
+    assert len(stages) >= 30
+    assert [d.name for d in stages if not (d / "README.md").is_file()] == []
+    assert len(_cited(RESULTS)) > 50
+    assert sum(len(_cited(p)) for p in STAGE_PAGES) > 700
+    targets = re.findall(r"\]\(([^)#\s]+)", RESULTS.read_text())
+    linked = {(RESULTS.parent / t).resolve() for t in targets}
+    unlinked = [p for p in RESULT_PAGES[1:] if p.resolve() not in linked]
+    assert [_page_id(p) for p in unlinked] == []
+
+
+def _slug(heading: str) -> str:
+    """A heading's anchor as GitHub writes it."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_every_figure_and_link_of_the_results_pages_resolves() -> None:
+    """Images and relative links on the results pages and the README point at files that
+    exist (relative to the page), and an anchor at a heading of the page it names."""
+    assert re.findall(r"!\[[^\]]*\]\(([^)]+)\)", RESULTS.read_text())
+    broken = []
+    for page in CITING_PAGES:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"^[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists():
+                broken.append(f"{_page_id(page)}: {target}")
+            elif anchor and file.suffix == ".md":
+                headings = re.findall(r"^#+ (.+)$", file.read_text(), flags=re.M)
+                if anchor not in {_slug(h) for h in headings}:
+                    broken.append(f"{_page_id(page)}: {target} (no such heading)")
+    assert broken == []
+
+
+# Figures are committed by the hundred: each stays small enough for the repository to clone
+# quickly (`rbfm.reporting.plots.save_png` writes palette PNGs well under it).
+MAX_PNG_BYTES = 400_000
+
+
+def test_every_committed_figure_is_under_400_kb() -> None:
+    shown = re.findall(r"!\[[^\]]*\]\(([^)\s]+\.png)\)", README.read_text())
+    pngs = sorted({*(ROOT / "docs").rglob("*.png"), *((ROOT / p).resolve() for p in shown)})
+    assert shown and pngs
+    sizes = {_page_id(p): p.stat().st_size for p in pngs}
+    assert {p: n for p, n in sizes.items() if n >= MAX_PNG_BYTES} == {}
 
 
 def test_the_project_speaks_of_itself_not_of_its_development() -> None:

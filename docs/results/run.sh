@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The results grid, stage by stage, into one run directory (docs/results.md).
+# The results grid, stage by stage, into one run directory (docs/results.md; each
+# stage's page is docs/results/STAGE/README.md, which a refresh keeps).
 #
 #   bash docs/results/run.sh                 # every stage, in this order
 #   bash docs/results/run.sh q1 eps          # some of them
@@ -50,8 +51,9 @@ for item in "${stages[@]}"; do
     if [ "$item" != "$stage" ]; then task=${item#*@}; fi
     rbfm experiment "$stage" ${task:+--tasks "$task"} --out "$out" --workers "$workers" --figures
     dest="docs/results/$stage${task:+/$task}"
-    rm -rf "$dest"
+    # A refreshed stage replaces its files and keeps its page (README.md, written by hand).
     mkdir -p "$dest"
+    find "$dest" -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +
     cp -r "$out/figures/." "$dest/"
     cp "$out/results.csv" "$dest/"
     if [ -f "$out/experts.csv" ]; then cp "$out/experts.csv" "$dest/"; fi

@@ -24,8 +24,9 @@ def bind_identity(
     upgrade: Callable[[dict[str, Any], dict[str, Any]], dict[str, Any]] | None = None,
 ) -> None:
     """Writes `identity` to `path` the first time; afterwards raises ConfigError on any
-    difference. `upgrade(stored, identity)` maps an identity stored by an older rbfm to
-    today's form (e.g. fills config fields added since with their defaults)."""
+    difference. `upgrade(stored, identity)` maps a stored identity to this version's form
+    (e.g. gives the config fields it lacks their defaults), so that a run keeps its
+    identity across versions of rbfm."""
     ident = json.loads(json.dumps(identity))  # tuples -> lists, as they come back from disk
     if not path.exists():
         atomic_write(path, lambda tmp: tmp.write_text(json.dumps(ident, indent=2)))
@@ -33,7 +34,7 @@ def bind_identity(
     before = json.loads(path.read_text())
     if upgrade is not None:
         before = upgrade(before, ident)
-    # Keys an older rbfm stored but no longer writes do not decide anything today.
+    # Only the keys this version writes decide: a stored key outside them is ignored.
     diff = sorted(k for k in ident if before.get(k) != ident[k])
     if diff:
         listing = ", ".join(_describe(k, before.get(k), ident.get(k)) for k in diff)

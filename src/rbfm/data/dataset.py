@@ -211,7 +211,7 @@ def _write_cache(cache: Path, arrays: dict[str, np.ndarray], manifest: dict[str,
         (cache / "manifest.json").unlink(missing_ok=True)  # invalid until fully rewritten
         for key in OPTIONAL_KEYS:
             if key not in arrays:
-                (cache / f"{key}.npy").unlink(missing_ok=True)  # of an earlier buffer
+                (cache / f"{key}.npy").unlink(missing_ok=True)  # a buffer that had it
         for key, arr in arrays.items():
             atomic_write(cache / f"{key}.npy", partial(_save_npy, arr))
         text = json.dumps(manifest)

@@ -58,8 +58,8 @@ from rbfm.envs import get_domain
 from rbfm.errors import ConfigError, DatasetError
 
 FORMAT = "rbfm-episodes"
-# 2 added mode "replay" (version-1 files are mode "episodes"); 3 the optional key `dynamics`,
-# which a version-2 reader would drop without a word
+# Version 2 holds mode "replay" (version-1 files are mode "episodes"); 3 also the optional
+# key `dynamics`, which a version-2 reader would drop without a word
 VERSION = 3
 HALF_KEYS = ("observation", "physics")
 _FLOAT16_MAX = float(np.finfo(np.float16).max)

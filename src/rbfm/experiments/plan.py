@@ -357,8 +357,8 @@ def _adapt_config(entry: AdaptEntry, where: str, labels: set[str]) -> dict[str, 
     for label in entry.datasets:
         if label not in labels:
             raise ConfigError(f"{where}.datasets: {label!r} is not the dataset of any model")
-    # Fields added after cells were computed enter a cell's identity only when set otherwise,
-    # so that those cells keep their ids.
+    # `search` and `cosine` enter a cell's identity only where they differ from their
+    # defaults: a line search's cell keeps the id it has without these fields.
     return {
         k: v
         for k, v in dataclasses.asdict(cfg).items()

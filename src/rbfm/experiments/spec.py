@@ -121,8 +121,8 @@ def _methods(
     return fb + base
 
 
-# The laptop-sized presets use the `cpu`-sized cheetah: the default one (since 2026-11-26)
-# has Table 4's sizes, and `smoke` took 214 s on it against 14-19 s.
+# The laptop-sized presets use the `cpu`-sized cheetah: the default one has Table 4's
+# sizes, and `smoke` took 214 s on it against 14-19 s.
 CPU_CHEETAH = "cheetah:rnd-v1"
 
 # The grid (docs/results.md) at CPU scale. bf16: the inference's actor passes in bfloat16 (a copy;
@@ -209,7 +209,8 @@ def _ends(domain: str) -> dict[str, tuple[float, ...]]:
 # policy of another FB model of its domain: noiseless demonstrations that no z of the
 # imitating model reproduces (walker: `walker:rnd-v4`, the shipped walker's data and
 # recipe on another seed, zero-shot close to it on every task, so all four tasks;
-# quadruped and cheetah: the models they replaced, on each domain's first task, stand
+# quadruped and cheetah: `quadruped:rnd-v2` and `cheetah:rnd-v1`, `cpu`-sized models of
+# other RND data, on each domain's first task, stand
 # and walk, where those return 725 and 500 zero-shot, docs/models.md; at cheetah run
 # the other RND cheetah returns 105).
 INDEPENDENT_MODELS = (
@@ -291,8 +292,8 @@ PRESETS: dict[str, ExperimentSpec] = {
         methods=_methods(*NAMES),
         episodes=20,
     ),
-    # The paper's protocol on the `cpu`-sized shipped cheetah (docs/imitation.md ran it on
-    # the earlier cheetah_cpu): four tasks, three families, five methods (baselines on
+    # The paper's protocol on the `cpu`-sized shipped cheetah (docs/imitation.md runs it on
+    # `cheetah:cpu`): four tasks, three families, five methods (baselines on
     # walk), 5 seeds x 20 episodes per level.
     "cpu": ExperimentSpec(
         name="cpu",
@@ -306,8 +307,8 @@ PRESETS: dict[str, ExperimentSpec] = {
     # (where converged methods all return the expert) and on noisy ones (where they need
     # not). No certificates: their MLP critic fits would cost more than the whole
     # inference, and docs/inference.md measures each method's own objective exactly.
-    # Its models are pinned to those it was measured on (the defaults until 2026-11-25),
-    # so that rerunning the preset measures the same models.
+    # Its models are pinned to those it was measured on (`cheetah:rnd-v1`, `walker:rnd-v1`,
+    # `quadruped:rnd-v1`), so that rerunning the preset measures the same models.
     "converge": ExperimentSpec(
         name="converge",
         models=(
@@ -411,7 +412,7 @@ PRESETS: dict[str, ExperimentSpec] = {
     # The whole grid at CPU scale (Section 4): the paper's models, every task and family;
     # the paper-settings variants of RBFM-Light and RBFM-Heavy on the RND models; the
     # baselines at their `cpu` presets on walker body mass with RND data. Run as one stage
-    # per domain (below; their cost on 2 cores: docs/results.md's stage table) so
+    # per domain (below; their cost on 2 cores: docs/results/protocol.md's stage table) so
     # that each domain's results are complete before the next domain starts.
     "grid": _grid("grid", PAPER_MODELS),
     **{

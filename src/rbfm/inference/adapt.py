@@ -35,14 +35,15 @@ implies in the model: FB trains pi_z to maximise r_z(s) = B(s)^T z, so FB-IL's a
 names a task whose reward in any state the model can compute, perturbed or not; the
 candidate with the highest mean B(s_t)^T z0 over its episodes collects the most of that
 reward in the environment met. It is the oracle's choice with the inferred reward in
-place of the task's, and was added after the cone oracle gained 1.20x on cheetah's two
-strongest levels while the distance chose no better than FB-IL (docs/results.md).
+place of the task's: on cheetah the cone's oracle gained 1.20x at the two strongest
+levels while the distance chose no better than FB-IL (docs/results/adapting.md), so the
+better candidates were there and the distance did not rank them.
 
 A second search, `search="cone"`, samples instead of stepping: after the start z, each
 candidate is z0 rotated by a fixed angle (cosine `cosine` to z0, 0.9 by default) towards
-a random direction orthogonal to it, drawn from (seed, ADAPT_SEED_OFFSET). It was added
-after the line search's oracle gained 1.04x on walker and 1.13x on cheetah at the two
-strongest levels (docs/results.md): a line along one direction may not reach the better
+a random direction orthogonal to it, drawn from (seed, ADAPT_SEED_OFFSET). The line
+search's oracle gains only 1.04x on walker and 1.13x on cheetah at the two strongest
+levels (docs/results/adapting.md): a line along one direction may not reach the better
 policies, while the probe that motivated adaptation found them among 16 random z's at
 cosine ~0.9 to the expert's. Each candidate is independent of the others' returns, so
 the choice is the only place the criterion enters.

@@ -126,7 +126,7 @@ class _Bf16Linear(nn.Module):
     accumulation, one rounding of the output to bfloat16, the arithmetic of a native
     bfloat16 matmul up to the order of the sums (0.02% of the outputs one bfloat16 step
     apart). On CPUs without bfloat16 units (no avx512_bf16 or AMX) torch runs bfloat16
-    matmuls in a generic kernel: on a 2-core avx2-only AMD EPYC (2026-11-28) a 4,000 x
+    matmuls in a generic kernel: on a 2-core avx2-only AMD EPYC a 4,000 x
     1,024 x 1,024 forward and backward took 109 s that way and 3.5 s this way, and a
     quadruped FB-IL inference ~100 s against ~1 s on the project's avx512_bf16 machine."""
 

@@ -86,7 +86,7 @@ class HeavyConfig(SmoothedConfig):
     # too slow to solve at every step.
     critic: str = "auto"
     # L-BFGS iterations per round of a stage of the smoothed descent (linear critic,
-    # solver "lbfgs", the ball inactive). 50 (RBFM-Light takes 100 since 2026-11-26): on
+    # solver "lbfgs", the ball inactive). 50 (RBFM-Light takes 100): on
     # cheetah and walker (seed 0) 20 left Heavy's worst case 2% higher (1.0397 against
     # 1.0194) while 50 already keeps it within 3x FB-IL's time.
     stage_iters: int = 50

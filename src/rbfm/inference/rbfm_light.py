@@ -36,7 +36,7 @@ class LightConfig(SmoothedConfig):
     """FB-IL's default settings with the TV radius; SETTINGS["paper"]: Table 6."""
 
     eps: float = 0.8
-    # 100 iterations per round (20 before 2026-11-26): a round that improves the
+    # 100 iterations per round: a round that improves the
     # smoothed value by < 0.1% ends its stage, and 20 iterations are too few to see the
     # slow progress along the minimax's valley. On the five models (noisy expert, seed 0)
     # 20 stopped 3-11% above what 500-iteration stages reach, 100 within 0.2-1.8%; 100
@@ -46,7 +46,7 @@ class LightConfig(SmoothedConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        # The adversary moves at most all the mass: beyond 1 the worst case no longer grows.
+        # The adversary moves at most all the mass: past 1 the worst case stays the same.
         in_range("LightConfig", "eps", self.eps, 0, 1)
 
 

@@ -2,7 +2,7 @@
 (`docs/experiments.md`): per task, start and search, how its distance to the
 demonstrations in B's space changed, how often it left its start, how well each
 criterion ranked its own episodes' returns, and what it cost. These are the search
-statistics `docs/results.md` quotes beside the evaluated returns.
+statistics the stage pages of `docs/results/` quote beside the evaluated returns.
 
     python -m rbfm.reporting.searches docs/results/adapt-cheetah/*/adaptations.csv
 

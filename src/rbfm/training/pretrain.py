@@ -98,7 +98,8 @@ def _identity(
 
 
 def _upgrade(before: dict[str, Any], ident: dict[str, Any]) -> dict[str, Any]:
-    """Fields added to FBConfig since a run started are at their defaults in it."""
+    """FBConfig fields a run's stored identity lacks take their defaults, so that the
+    run resumes under the config it was trained with."""
     defaults = json.loads(json.dumps(FBConfig().to_json()))
     added = {k: defaults[k] for k in ident["config"]}
     return before | {"config": added | before.get("config", {})}
@@ -169,8 +170,8 @@ class _Windows:
 
 class _Clock:
     """Seconds spent in updates ("train": evaluations excluded) and in all ("wall"), summed
-    over resumes up to the last checkpoint; None for runs saved before they were counted
-    (their earlier time is unknown)."""
+    over resumes up to the last checkpoint; None for a run whose checkpoint holds no
+    count (its time so far is unknown)."""
 
     def __init__(self, elapsed: dict[str, float] | None) -> None:
         self.elapsed = elapsed
