@@ -54,6 +54,13 @@ OPTIONS: dict[str, Opt] = {
         extra={"choices": ["train"]},
     ),
     "episodes": Opt("episodes per task", int),
+    "expert": Opt(
+        "fb: the model's policy; mpc: a planner on the simulator", extra={"choices": ["fb", "mpc"]}
+    ),
+    "mpc": Opt(
+        "planner setting FIELD=VALUE (repeatable; docs/demonstrations.md)",
+        extra={"action": "append"},
+    ),
     "eps": Opt("robustness radius (default: the method's: 0.8; DRBC's preset's)", float),
     "eval_batch": Opt("episodes per evaluation job (default: the runner's, 400)", int),
     "eval_episodes": Opt("zero-shot episodes per task at each evaluation", int),

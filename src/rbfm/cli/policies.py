@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from rbfm import EVAL_SEED, checks
 from rbfm.cli.options import MODEL, REQUIRED, Use, command, from_args, listed
+from rbfm.errors import ConfigError
 from rbfm.inference.adapt import AdaptConfig
 from rbfm.methods import NAMES
 
@@ -40,31 +42,49 @@ def zero_shot(args: argparse.Namespace) -> None:
 
 @command(
     "demos",
-    "generate expert demonstrations with a model's reward-inferred policy (nominal dynamics)",
-    checkpoint=REQUIRED,
+    "generate expert demonstrations at nominal dynamics: a model's reward-inferred policy, "
+    "or a planner on the true simulator (--expert mpc)",
+    expert="fb",
+    checkpoint=Use(None, "--expert fb: " + MODEL),
+    domain=Use(None, "--expert mpc: the domain to plan in"),
     task=Use(REQUIRED, listed("the domain's task to demonstrate", "tasks")),
     episodes=Use(200, "demonstration episodes rolled out"),
     out=Use(REQUIRED, "demonstrations file (.npz)"),
     dataset=None,
     action_noise=0.0,
+    mpc=None,
     seed=Use(0, "initial states of the demonstrations (and their action noise)"),
     device=None,
 )
 def demos(args: argparse.Namespace) -> None:
     from rbfm.evaluation import mean_ci
     from rbfm.inference import save_demos
-    from rbfm.inference.expert_demos import expert_demos
 
     checks.count("--episodes", args.episodes)
     checks.out_file(args.out)
-    demos = expert_demos(
-        args.checkpoint, args.task, args.episodes, args.seed, args.action_noise, args.dataset,
-        args.device,
-    )  # fmt: skip
-    path = save_demos(args.out, demos)
+    mpc = args.expert == "mpc"
+    fb_only = args.action_noise or args.dataset
+    if (args.domain is None) == mpc or (args.checkpoint is None) != mpc:
+        raise ConfigError("--expert fb takes --checkpoint, --expert mpc takes --domain")
+    if (fb_only and mpc) or (args.mpc and not mpc):
+        raise ConfigError("--dataset and --action-noise are --expert fb's, --mpc is mpc's")
+    if mpc:
+        from rbfm.planning import mpc_config
+        from rbfm.planning.demos import mpc_demos
+
+        config = mpc_config(args.domain, dict(checks.assignments(args.mpc or [])))
+        demos = mpc_demos(args.domain, args.task, args.episodes, Path(args.out), config, args.seed)
+    else:
+        from rbfm.inference.expert_demos import expert_demos
+
+        demos = expert_demos(
+            args.checkpoint, args.task, args.episodes, args.seed, args.action_noise,
+            args.dataset, args.device,
+        )  # fmt: skip
+        save_demos(args.out, demos)
     m, h = mean_ci(demos.returns)
-    what = f"{args.episodes} {demos.domain}/{args.task} expert episodes"
-    print(f"wrote {what} to {path}: return {m:.1f} +- {h:.1f} (95% CI)")
+    what = f"{args.episodes} {demos.domain}/{args.task} {args.expert} episodes"
+    print(f"wrote {what} to {args.out}: return {m:.1f} +- {h:.1f} (95% CI)")
 
 
 @command(
@@ -198,5 +218,6 @@ def render(args: argparse.Namespace) -> None:
 def export(args: argparse.Namespace) -> None:
     from rbfm.fb.reward_inference import export_with_task_z
 
+    checks.out_file(args.out, made=True)
     stem = export_with_task_z(args.checkpoint, args.out, args.dataset, args.fp16)
     print(f"wrote {stem}.safetensors and {stem}.json")

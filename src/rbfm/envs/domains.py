@@ -181,9 +181,8 @@ def _quadruped_observation(model: mujoco.MjModel) -> ObservationReader:
     return read
 
 
-def _quadruped_physics() -> dm_mujoco.Physics:
-    xml = quadruped.make_model(floor_size=_QUADRUPED_FLOOR)
-    return quadruped.Physics.from_xml_string(xml, common.ASSETS)
+def _quadruped_xml() -> tuple[str, Mapping[str, bytes]]:
+    return quadruped.make_model(floor_size=_QUADRUPED_FLOOR), common.ASSETS
 
 
 # ---------------------------------------------------------------------------- cheetah
@@ -244,7 +243,9 @@ class DomainSpec:
     physics_dim: int  # length of physics.get_state(): qpos, qvel, act
     time_limit: float  # seconds; with control_timestep this gives 1000 steps
     control_timestep: float
-    load_physics: Callable[[], dm_mujoco.Physics]
+    # The MJCF and its assets: the environment's physics and the planner's model.
+    model_xml: Callable[[], tuple[str, Mapping[str, bytes]]]
+    physics_class: type[dm_mujoco.Physics]
     make_task: Callable[[np.random.RandomState], base.Task]  # initialisation and observations
     feature_names: tuple[str, ...]
     feature_reader: Callable[[mujoco.MjModel], FeatureReader]
@@ -269,6 +270,10 @@ class DomainSpec:
         """
         return _nominal_physics(self.name, self.load_physics).copy(share_model=False)
 
+    def load_physics(self) -> dm_mujoco.Physics:
+        """The domain's physics, parsed and compiled from its MJCF."""
+        return self.physics_class.from_xml_string(*self.model_xml())
+
     def features(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         """Names the columns of an (N, n_features) array of feature rows."""
         return {name: rows[..., i] for i, name in enumerate(self.feature_names)}
@@ -288,7 +293,8 @@ DOMAINS: dict[str, DomainSpec] = {
         physics_dim=18,
         time_limit=25.0,
         control_timestep=0.025,
-        load_physics=lambda: walker.Physics.from_xml_string(*walker.get_model_and_assets()),
+        model_xml=walker.get_model_and_assets,
+        physics_class=walker.Physics,
         make_task=lambda rng: walker.PlanarWalker(move_speed=0, random=rng),
         feature_names=("torso_height", "torso_upright", "horizontal_velocity", "angmom"),
         feature_reader=_walker_features,
@@ -314,7 +320,8 @@ DOMAINS: dict[str, DomainSpec] = {
         physics_dim=57,
         time_limit=20.0,
         control_timestep=0.02,
-        load_physics=_quadruped_physics,
+        model_xml=_quadruped_xml,
+        physics_class=quadruped.Physics,
         make_task=lambda rng: quadruped.Move(desired_speed=0.5, random=rng),
         feature_names=("torso_upright", "torso_velocity_x", "com_height"),
         feature_reader=_quadruped_features,
@@ -334,7 +341,8 @@ DOMAINS: dict[str, DomainSpec] = {
         physics_dim=18,
         time_limit=10.0,
         control_timestep=0.01,  # the physics timestep: action repeat 1
-        load_physics=lambda: cheetah.Physics.from_xml_string(*cheetah.get_model_and_assets()),
+        model_xml=cheetah.get_model_and_assets,
+        physics_class=cheetah.Physics,
         make_task=lambda rng: cheetah.Cheetah(random=rng),
         feature_names=("speed",),
         feature_reader=_cheetah_features,

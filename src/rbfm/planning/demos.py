@@ -1,0 +1,134 @@
+"""Demonstrations and ceiling episodes from the MPPI planner, resumable episode by episode.
+
+A planner episode costs 15-180 s on 2 cores, so each finished episode is written at once
+to a parts folder beside the output (`<out>.parts/episode-0003.npz`); a rerun with the
+same arguments loads those and plans only the missing ones. Episode i depends on
+(seed, i) alone, so a resumed file equals an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from rbfm.atomic import atomic_write
+from rbfm.data.demos import Demos, save_demos
+from rbfm.envs import get_domain, make_env
+from rbfm.envs.dynamics import Dynamics, check_dynamics
+from rbfm.errors import ConfigError, DatasetError
+from rbfm.planning.mppi import MPPIConfig, MPPIPlanner, PlannedEpisode, plan_episode
+
+# Salts the episodes' seeds so planner initial states never coincide with the
+# evaluation's, which draw from the plain seed.
+_STREAM = 0x6D7063
+
+
+def _part_key(domain: str, task: str, config: MPPIConfig, dynamics: Dynamics, seed: int) -> str:
+    # The thread count changes no rollout, so it is not part of an episode's identity.
+    settings = {k: v for k, v in config.record().items() if k != "threads"}
+    record: dict[str, Any] = {"domain": domain, "task": task, "mpc": settings}
+    record.update(dynamics=dict(dynamics), seed=seed)
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def planned_episode(
+    domain: str,
+    task: str,
+    config: MPPIConfig,
+    index: int,
+    seed: int = 0,
+    dynamics: Dynamics | None = None,
+    steps: int | None = None,
+    progress: bool = False,
+) -> PlannedEpisode:
+    """Episode `index` of the planner's stream for `seed`: its initial state and its
+    sampling noise are drawn from (seed, index)."""
+    env = make_env(domain, task, seed=0, dynamics=dynamics)
+    env.reseed(np.random.SeedSequence([seed, index, _STREAM]))
+    planner = MPPIPlanner(domain, task, config, dynamics, seed=seed * 100_003 + index)
+    total = env.step_limit if steps is None else steps
+    with tqdm(total=total, desc=f"mpc {domain}/{task} #{index}", disable=not progress) as bar:
+        return plan_episode(env, planner, steps, bar.update)
+
+
+def _save_part(path: Path, episode: PlannedEpisode) -> None:
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as f:
+            np.savez(f, **{k: getattr(episode, k) for k in PlannedEpisode.__dataclass_fields__})
+
+    atomic_write(path, write)
+
+
+def _load_part(path: Path) -> PlannedEpisode:
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return PlannedEpisode(*(npz[k] for k in PlannedEpisode.__dataclass_fields__))
+    except (OSError, ValueError, KeyError) as e:
+        raise DatasetError(f"{path}: unreadable planner episode ({e}); delete it") from e
+
+
+def planned_episodes(
+    domain: str,
+    task: str,
+    config: MPPIConfig,
+    episodes: int,
+    parts: Path,
+    seed: int = 0,
+    dynamics: Dynamics | None = None,
+    steps: int | None = None,
+    progress: bool = False,
+) -> list[PlannedEpisode]:
+    """Episodes 0..episodes-1 of the stream, each kept in `parts` as soon as it ends; the
+    parts of other settings (another key) are never mixed in."""
+    get_domain(domain).reward_fn(task)
+    if episodes < 1:
+        raise ConfigError(f"episodes: {episodes} planner episodes asked for (valid: >= 1)")
+    dyn = check_dynamics(domain, dynamics or {})
+    key = _part_key(domain, task, config, dyn, seed) + ("" if steps is None else f"-{steps}")
+    parts.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i in range(episodes):
+        path = parts / f"{key}-episode-{i:04d}.npz"
+        if path.exists():
+            out.append(_load_part(path))
+            continue
+        episode = planned_episode(domain, task, config, i, seed, dyn, steps, progress)
+        _save_part(path, episode)
+        out.append(episode)
+    return out
+
+
+def mpc_demos(
+    domain: str,
+    task: str,
+    episodes: int,
+    out: Path,
+    config: MPPIConfig,
+    seed: int = 0,
+    steps: int | None = None,
+    progress: bool = True,
+) -> Demos:
+    """Planner demonstrations at nominal physics written to `out` (.npz), resumable
+    through `<out>.parts/`, which is removed once `out` is whole."""
+    parts = out.with_name(out.name + ".parts")
+    eps = planned_episodes(domain, task, config, episodes, parts, seed, None, steps, progress)
+    demos = Demos.from_arrays(
+        domain,
+        task,
+        [e.observation for e in eps],
+        [e.action for e in eps],
+        [e.reward for e in eps],
+        [e.physics for e in eps],
+    )
+    meta: dict[str, Any] = {"source": "mpc", "mpc": config.record(), "seed": seed}
+    demos = dataclasses.replace(demos, meta={**demos.meta, **meta})
+    save_demos(out, demos)
+    shutil.rmtree(parts)
+    return demos
