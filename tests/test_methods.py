@@ -15,6 +15,7 @@ from rbfm.methods import (
     BASELINE_METHODS,
     FB_METHODS,
     NAMES,
+    REDUCTION_METHODS,
     REGISTRY,
     display_label,
     get_method,
@@ -29,7 +30,7 @@ def _choices(command: str, option: str) -> tuple[str, ...]:
 
 
 def test_every_consumer_reads_the_registry() -> None:
-    assert tuple(inference.METHODS) == FB_METHODS
+    assert tuple(inference.METHODS) == (*FB_METHODS, *REDUCTION_METHODS)
     assert BASELINE_METHODS == baselines.BASELINES == tuple(baselines.POLICY_TYPES)
     assert _choices("infer", "--method") == NAMES
     assert figures.METHODS == NAMES
@@ -50,6 +51,8 @@ def test_display_names_and_labels() -> None:
         "RBFM-Heavy",
         "DRBC",
         "BE-DROIL",
+        "ER-FB",
+        "FM-FB",
     ]
     assert display_label("rbfm-heavy/paper") == "RBFM-Heavy/paper"
     assert display_label("rbfm-light eps=0.4") == "RBFM-Light eps=0.4"

@@ -28,16 +28,20 @@ class Method:
     robust: bool  # has a robustness radius eps
     colour: str
     marker: str
+    # An imitation reduction beyond the paper's three (its grids keep those three).
+    reduction: bool = False
 
     @property
     def is_fb(self) -> bool:
         return self.kind == "fb"
 
 
-def _fb(name: str, display: str, robust: bool, colour: str, marker: str) -> Method:
+def _fb(
+    name: str, display: str, robust: bool, colour: str, marker: str, reduction: bool = False
+) -> Method:
     config = inference.METHODS[name][1]
     presets = tuple(inference.SETTINGS)
-    return Method(name, display, "fb", config, presets, robust, colour, marker)
+    return Method(name, display, "fb", config, presets, robust, colour, marker, reduction)
 
 
 def _baseline(name: str, display: str, config: type, colour: str, marker: str) -> Method:
@@ -45,7 +49,7 @@ def _baseline(name: str, display: str, config: type, colour: str, marker: str) -
     return Method(name, display, "baseline", config, presets, True, colour, marker)
 
 
-# The paper's order, which every table and legend keeps.
+# The paper's order, which every table and legend keeps, then the reductions.
 REGISTRY: dict[str, Method] = {
     m.name: m
     for m in (
@@ -54,12 +58,17 @@ REGISTRY: dict[str, Method] = {
         _fb("rbfm-heavy", "RBFM-Heavy", True, "C2", "o"),
         _baseline("drbc", "DRBC", baselines.drbc.DRBCConfig, "C3", "D"),
         _baseline("bedroil", "BE-DROIL", baselines.bedroil.BEDROILConfig, "C4", "X"),
+        # Imitation reductions that read no actions (Pirotta et al., ICLR 2024).
+        _fb("er", "ER-FB", False, "C5", "v", reduction=True),
+        _fb("fm", "FM-FB", True, "C6", "P", reduction=True),
     )
 }
 NAMES = tuple(REGISTRY)
-FB_METHODS = tuple(n for n, m in REGISTRY.items() if m.is_fb)
+# The paper's FB methods: what its grids run.
+FB_METHODS = tuple(n for n, m in REGISTRY.items() if m.is_fb and not m.reduction)
+REDUCTION_METHODS = tuple(n for n, m in REGISTRY.items() if m.reduction)
 BASELINE_METHODS = tuple(n for n, m in REGISTRY.items() if not m.is_fb)
-ROBUST_FB_METHODS = tuple(n for n in FB_METHODS if REGISTRY[n].robust)
+ROBUST_FB_METHODS = tuple(n for n, m in REGISTRY.items() if m.is_fb and m.robust)
 
 
 def get_method(name: str) -> Method:

@@ -22,7 +22,7 @@ import torch
 from rbfm import EVAL_SEED
 from rbfm.evaluation.sweep import SweepRow, sweep, write_csv
 from rbfm.fb.checkpoint import load_checkpoint, read_meta, shipped_model
-from rbfm.methods import display_name
+from rbfm.methods import FB_METHODS, display_name
 from rbfm.reporting.plots import plot_sweep
 from rbfm.threads import torch_threads
 
@@ -90,7 +90,7 @@ def quickstart(cfg: QuickstartConfig, progress: bool = True) -> list[SweepRow]:
 
 def _quickstart(cfg: QuickstartConfig, progress: bool) -> list[SweepRow]:
     from rbfm.envs import get_perturbation
-    from rbfm.inference import METHODS, generate_demos, infer
+    from rbfm.inference import generate_demos, infer
 
     start = time.perf_counter()
     out = Path(cfg.out)
@@ -118,7 +118,7 @@ def _quickstart(cfg: QuickstartConfig, progress: bool) -> list[SweepRow]:
     )
     _log(start, f"expert return {demos.returns.mean():.1f}")
     zs = []
-    for method in METHODS:
+    for method in FB_METHODS:
         for seed in range(cfg.seeds):
             draw = demos.sample(cfg.num_demos, seed)
             cap = {} if cfg.inference_steps is None else {"steps": cfg.inference_steps}

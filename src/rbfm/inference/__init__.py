@@ -1,5 +1,7 @@
 """Task inference from demonstrations: FB-IL, RBFM-Light, RBFM-Heavy (their duals:
-`rbfm.robust`).
+`rbfm.robust`), and the imitation reductions that read no actions: reward-based (`er`)
+and feature matching through F (`fm`); the goal-based reduction, a z per step, is
+`rbfm.inference.goal`.
 
 Every method has the same interface, `infer(model, demos, config, seed) -> result`,
 and is registered in METHODS with its config class. Two named settings choose the
@@ -14,7 +16,7 @@ from rbfm.checks import known_fields
 from rbfm.data.demos import Demos, load_demos, save_demos
 from rbfm.errors import unknown
 from rbfm.fb.model import FBModel
-from rbfm.inference import fbil, rbfm_heavy, rbfm_light
+from rbfm.inference import er, fbil, fm, rbfm_heavy, rbfm_light
 from rbfm.inference.common import InferenceResult
 from rbfm.inference.expert_demos import generate_demos, warm_start
 
@@ -22,6 +24,8 @@ METHODS: dict[str, tuple[Callable[..., InferenceResult], type]] = {
     "fbil": (fbil.infer, fbil.FBILConfig),
     "rbfm-light": (rbfm_light.infer, rbfm_light.LightConfig),
     "rbfm-heavy": (rbfm_heavy.infer, rbfm_heavy.HeavyConfig),
+    "er": (er.infer, er.ERConfig),
+    "fm": (fm.infer, fm.FMConfig),
 }
 
 # Per settings name, per method: the fields that differ from the config's defaults.
@@ -31,6 +35,9 @@ SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
         "fbil": fbil.PAPER,
         "rbfm-light": rbfm_light.PAPER,
         "rbfm-heavy": rbfm_heavy.PAPER,
+        # Not in the paper: its settings are the defaults.
+        "er": {},
+        "fm": {},
     },
 }
 

@@ -1,0 +1,124 @@
+"""The imitation reductions that read no actions (er, fm, goal) against cases whose
+answer is known exactly."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from rbfm.data.demos import Demos
+from rbfm.errors import DatasetError
+from rbfm.evaluation import EnvSpec, RolloutEngine
+from rbfm.fb.model import FBModel
+from rbfm.fb.networks import project
+from rbfm.inference import generate_demos, infer, warm_start
+from rbfm.inference.fm import (
+    FMConfig,
+    discounted_targets,
+    fm_losses,
+    fm_objective,
+    horizon,
+)
+from rbfm.inference.fm import infer as fm_infer
+from rbfm.inference.goal import GoalConfig, GoalPolicy, infer_sequences, lookahead_goals
+from rbfm.robust import light_objective
+
+
+@pytest.fixture(scope="module")
+def demos(model: FBModel) -> Demos:
+    z = project(torch.randn(model.cfg.z_dim, generator=torch.Generator().manual_seed(1)), 8.0)
+    return generate_demos(model, "cheetah", "run", z * model.radius / 8.0, episodes=2, seed=0)
+
+
+def test_er_is_the_mean_embedding_of_the_demonstrated_states(model: FBModel, demos: Demos) -> None:
+    result = infer(model, demos, "er")
+    with torch.no_grad():
+        b = model.backward_map(torch.as_tensor(np.concatenate(demos.next_states())))
+    assert torch.allclose(result.z, project(b.mean(0), model.radius), atol=1e-5)
+    assert torch.equal(result.z, warm_start(model, demos)) and result.converged
+
+
+def test_discounted_targets_are_the_truncated_discounted_sums() -> None:
+    b = torch.randn(30, 4, dtype=torch.float64)
+    e = discounted_targets(b, 0.9, 7)
+    expected = torch.stack([sum(0.9**t * b[k + t] for t in range(7)) for k in range(24)])
+    assert e.shape == (24, 4) and torch.allclose(e, expected)
+    assert horizon(0.98, 0.99) == 228  # 0.98^228 < 0.01 <= 0.98^227
+    with pytest.raises(DatasetError, match=r"^fm: a demonstration of 5 steps is shorter"):
+        discounted_targets(b[:5], 0.9, 7)
+
+
+def test_robust_fm_is_the_tv_worst_case_of_the_per_start_losses() -> None:
+    f, e = torch.randn(50, 3), torch.randn(50, 3)
+    losses = fm_losses(f, e)
+    assert torch.allclose(losses, ((f - e) ** 2).mean(1))
+    assert fm_objective(losses, 0.0) == losses.mean()
+    assert fm_objective(losses, 0.3) == light_objective(losses, 0.3)[0]
+    assert fm_objective(losses, 0.3) > losses.mean()
+
+
+class _ConstantF(nn.Module):
+    """F(s, a, z) = z for every state and action: a policy whose successor features are
+    its task vector, so FM's minimiser on the sphere is the projected mean target."""
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return z[None].expand(2, -1, -1) + 0 * action.sum()
+
+
+def test_fm_finds_the_exact_minimiser_when_f_is_known(model: FBModel, demos: Demos) -> None:
+    exact = FBModel(model.obs_dim, model.action_dim, model.cfg)
+    exact.load_state_dict(model.state_dict())
+    exact.forward_map = _ConstantF()
+    cfg = FMConfig(steps=100, starts=10**6)
+    result = fm_infer(exact, demos, cfg, seed=0)
+    steps = horizon(model.cfg.gamma, cfg.coverage)
+    with torch.no_grad():
+        targets = torch.cat(
+            [
+                discounted_targets(model.backward_map(torch.as_tensor(s)), model.cfg.gamma, steps)
+                for s in demos.next_states()
+            ]
+        )
+    assert torch.allclose(result.z, project(targets.mean(0), model.radius), atol=1e-3)
+    assert result.objective <= result.trace[0]
+
+
+def test_fm_is_deterministic_for_a_seed_and_refuses_short_demonstrations(
+    model: FBModel, demos: Demos
+) -> None:
+    cfg = FMConfig(steps=5, starts=64)
+    a, b = fm_infer(model, demos, cfg, seed=3), fm_infer(model, demos, cfg, seed=3)
+    assert torch.equal(a.z, b.z) and abs(float(a.z.norm()) - model.radius) < 1e-4
+    short = demos.episodes(np.array([0]))
+    short = Demos.from_arrays("cheetah", "run", [short.observation[:101]], [short.action[:100]])
+    with pytest.raises(DatasetError, match="shorter than the 228-step horizon"):
+        fm_infer(model, short, cfg)
+
+
+def test_goal_sequences_average_the_next_states() -> None:
+    b = torch.randn(10, 3, dtype=torch.float64)
+    z = lookahead_goals(b, 4, 2.0)
+    assert torch.allclose(z[0], project(b[0:4].mean(0), 2.0))
+    assert torch.allclose(z[8], project(b[8:10].mean(0), 2.0))  # fewer at the end
+    assert torch.allclose(z.norm(dim=1), torch.full((10,), 2.0, dtype=torch.float64))
+    with pytest.raises(DatasetError, match="shorter than the lookahead of 4"):
+        lookahead_goals(b[:3], 4, 2.0)
+
+
+def test_goal_policy_tracks_its_demonstration_by_time(model: FBModel, demos: Demos) -> None:
+    goals = infer_sequences(model, demos, GoalConfig(lookahead=8))
+    assert [len(z) for z in goals.z] == list(demos.lengths)
+    policy = GoalPolicy(model, goals)
+    first = demos.observation[0 : demos.lengths[0] + 1]
+    policy.begin(1)
+    for t in (0, 1, 2):
+        action = policy(first[t : t + 1], np.array([0]))
+        expected = model.act(torch.as_tensor(first[t : t + 1]), goals.z[0][t]).numpy()
+        np.testing.assert_allclose(action, expected, atol=1e-6)
+        policy.executed(first[t : t + 1], np.array([0]), action)
+    assert policy.demo[0] == 0  # the demonstration that began at this very state
+    with RolloutEngine(0) as engine:
+        run = engine.run(EnvSpec("cheetah", "run"), GoalPolicy(model, goals), 2, seed=5)
+    assert np.isfinite(run.returns).all()
