@@ -122,3 +122,18 @@ def test_goal_policy_tracks_its_demonstration_by_time(model: FBModel, demos: Dem
     with RolloutEngine(0) as engine:
         run = engine.run(EnvSpec("cheetah", "run"), GoalPolicy(model, goals), 2, seed=5)
     assert np.isfinite(run.returns).all()
+
+
+def test_imitate_runs_the_goal_reduction_as_a_sequence(model: FBModel, demos: Demos) -> None:
+    import rbfm
+    from rbfm.api import Model
+    from rbfm.errors import ConfigError
+
+    wrapped = Model(model, {"domain": "cheetah"}, "tiny")
+    imitation = rbfm.imitate(demos, "goal", wrapped)
+    assert imitation.goals is not None and len(imitation.goals.z) == demos.num_episodes
+    assert isinstance(imitation.policy(), GoalPolicy)
+    with pytest.raises(ConfigError, match="no field look"):
+        rbfm.imitate(demos, "goal", wrapped, look=3)
+    with pytest.raises(ConfigError, match="a goal imitation is a z per step"):
+        imitation.save("/tmp/goal.json")

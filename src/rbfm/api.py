@@ -24,11 +24,13 @@ import torch
 from torch import nn
 
 from rbfm import EVAL_SEED
+from rbfm.checks import known_fields
 from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError
 from rbfm.evaluation import EnvSpec, Policy, RolloutEngine, fb_policy
 from rbfm.fb.checkpoint import recorded_name
 from rbfm.fb.model import FBModel
+from rbfm.inference.goal import GoalSequences
 from rbfm.threads import one_torch_thread
 
 
@@ -84,7 +86,7 @@ def list_models() -> None:
 @dataclass(repr=False)
 class Imitation:
     """What a method inferred from demonstrations: a task vector of `model` (FB
-    methods) or a policy network (baselines)."""
+    methods), a sequence of them (`goal`), or a policy network (baselines)."""
 
     method: str
     domain: str
@@ -94,10 +96,13 @@ class Imitation:
     network: nn.Module | None = None
     seconds: float = 0.0
     info: dict[str, Any] | None = None
+    goals: GoalSequences | None = None  # `goal`: a z per demonstrated step
 
     def __repr__(self) -> str:
         info = self.info or {}
         what = f"z of {self.model.name}" if self.model is not None else "policy network"
+        if self.goals is not None and self.model is not None:
+            what = f"{len(self.goals.z)} z sequences of {self.model.name}"
         notes = [f"{k}={info[k]}" for k in ("converged", "seed") if k in info]
         if "adaptation" in info:
             record = info["adaptation"]
@@ -110,7 +115,11 @@ class Imitation:
     def policy(self) -> Policy:
         """The rollout engine's policy: pi_z of the model, or the network."""
         from rbfm.baselines import as_policy
+        from rbfm.inference.goal import GoalPolicy
 
+        if self.goals is not None:
+            assert self.model is not None
+            return GoalPolicy(self.model.fb, self.goals)
         if self.z is not None:
             assert self.model is not None
             return fb_policy(self.model.fb, self.z)
@@ -123,6 +132,8 @@ class Imitation:
         from rbfm.policy_files import save_z
 
         meta = {"method": self.method, "domain": self.domain, "task": self.task}
+        if self.goals is not None:
+            raise ConfigError("save: a goal imitation is a z per step; run it with .policy()")
         if self.z is not None:
             assert self.model is not None
             name = recorded_name(self.model.name)
@@ -153,6 +164,17 @@ def imitate(
 
     if model is not None and not isinstance(model, Model):
         model = load_model(model)
+    if method == "goal":  # a z per step: not one of the registry's single-z methods
+        from rbfm.inference.goal import GoalConfig, infer_sequences
+
+        if model is None or model.domain != demos.domain:
+            raise ConfigError(f"imitate: goal needs a {demos.domain} model (model=)")
+        known_fields(GoalConfig, overrides, method)
+        cfg = GoalConfig(**overrides)
+        goals = infer_sequences(model.fb, demos, cfg)
+        record = {"seed": seed, "lookahead": cfg.lookahead}
+        return Imitation(method, demos.domain, demos.task, None, model, None, goals.seconds,
+                         record, goals)  # fmt: skip
     if get_method(method).is_fb:
         if model is None:
             raise ConfigError(f"imitate: {method} infers a task vector of an FB model: pass model=")
