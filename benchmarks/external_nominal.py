@@ -4,13 +4,13 @@ of the demonstrator's, and at each family's two strongest levels, on the default
     python benchmarks/external_nominal.py [--methods fbil er fm goal] [--tasks walker:walk]
 
 For every planner demonstrations file `runs/demos/mpc/DOMAIN_TASK.npz` (from
-`runs/demos/mpc/make.sh`, i.e. `rbfm demos --expert mpc`), each method infers from 4 of
+`docs/results/external/make_demos.sh`, i.e. `rbfm demos --expert mpc`), each method infers from 4 of
 its episodes per seed (5 seeds) and its policy runs 20 episodes from the evaluation's
 initial states (the same for every method: paired) at nominal physics and at the two
-strongest levels of each of the domain's three families. Task vectors are kept in
+strongest levels of each of the domain's three families (`--strongest`). Task vectors are kept in
 `runs/external_nominal/z/` and rows go to `runs/external_nominal/rows.csv` as each
 (task, method, seed) ends, so a rerun resumes; the tables are printed and written to
-docs/results/external/nominal.md.
+docs/results/external/tables.md.
 """
 
 from __future__ import annotations
@@ -30,11 +30,13 @@ from rbfm.evaluation.aggregate import iqm
 from rbfm.evaluation.rollout import Policy
 from rbfm.fb.checkpoint import load_checkpoint
 from rbfm.inference import infer, load_demos
+from rbfm.inference.adapt import AdaptConfig, adapt
 from rbfm.inference.goal import GoalConfig, GoalPolicy, infer_sequences
 
 DEMOS = Path("runs/demos/mpc")
 ROWS = Path("runs/external_nominal/rows.csv")
-PAGE = Path("docs/results/external/nominal.md")
+PAGE = Path("docs/results/external/tables.md")
+CEILING = Path("docs/results/external/ceiling.csv")
 COLUMNS = (
     "domain", "task", "model", "method", "seed", "family", "level", "mean", "demonstrator",
     "seconds",
@@ -55,37 +57,54 @@ TASKS = [
 ]
 
 
-def _policy(model, demos, method: str, seed: int, key: str) -> tuple[Policy, float]:  # type: ignore[no-untyped-def]
-    if method == "goal":
-        goals = infer_sequences(model, demos, GoalConfig())
-        return GoalPolicy(model, goals), goals.seconds
+def _z(model, demos, method: str, seed: int, key: str) -> tuple[torch.Tensor, float]:  # type: ignore[no-untyped-def]
+    """A single-z method's task vector, kept in runs/external_nominal/z/."""
     path = ROWS.parent / "z" / f"{key}.pt"
     if path.exists():
         z, seconds = torch.load(path)
-        return fb_policy(model, z), seconds
+        return z, seconds
     # bf16: the grid's inference precision (a bfloat16 actor copy; evaluation in float32).
     extra = {"bf16": True} if method in ("fbil", "rbfm-light", "rbfm-heavy") else {}
     result = infer(model, demos, method, seed=seed, **extra)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save((result.z, result.seconds), path)
-    return fb_policy(model, result.z), result.seconds
+    return result.z, result.seconds
 
 
-def cells(domain: str) -> list[tuple[str, float | None]]:
-    """Nominal, then each family's two strongest levels."""
-    return [("none", None)] + [
-        (f, lv) for f in families(domain) for lv in get_perturbation(domain, f).levels[-2:]
-    ]
+def _policy(model, demos, method: str, seed: int, domain: str, task: str) -> tuple[Policy, float]:  # type: ignore[no-untyped-def]
+    """`goal`, a single-z method, or METHOD+aK: its z adapted with K reward-free episodes
+    at nominal physics (the adapt stage's settings: line search, B-distance criterion)."""
+    if method == "goal":
+        goals = infer_sequences(model, demos, GoalConfig())
+        return GoalPolicy(model, goals), goals.seconds
+    base, _, budget = method.partition("+a")
+    z, seconds = _z(model, demos, base, seed, f"{domain}_{task}_{base}_{seed}")
+    if budget:
+        start = time.perf_counter()
+        env = EnvSpec(domain, task)
+        z = adapt(model, demos, z, env, AdaptConfig(budget=int(budget)), seed=seed).z
+        seconds += time.perf_counter() - start
+    return fb_policy(model, z), seconds
 
 
-def _done() -> set[tuple[str, str, str, int]]:
+def cells(domain: str, strongest: bool) -> list[tuple[str, float | None]]:
+    """Nominal, then (`strongest`) each family's two strongest levels."""
+    shifted = [(f, lv) for f in families(domain) for lv in get_perturbation(domain, f).levels[-2:]]
+    return [("none", None), *(shifted if strongest else [])]
+
+
+def _done() -> set[tuple[str, str, str, int, str, str]]:
+    """The (task, method, seed, cell) rows already written."""
     if not ROWS.exists():
         return set()
     with open(ROWS) as f:
-        return {(r["domain"], r["task"], r["method"], int(r["seed"])) for r in csv.DictReader(f)}
+        return {
+            (r["domain"], r["task"], r["method"], int(r["seed"]), r["family"], r["level"])
+            for r in csv.DictReader(f)
+        }
 
 
-def run(methods: list[str], tasks: list[str], seeds: int, episodes: int) -> None:
+def run(methods: list[str], tasks: list[str], seeds: int, episodes: int, strongest: bool) -> None:
     ROWS.parent.mkdir(parents=True, exist_ok=True)
     done = _done()
     new = not ROWS.exists()
@@ -101,23 +120,30 @@ def run(methods: list[str], tasks: list[str], seeds: int, episodes: int) -> None
                 continue
             demos = load_demos(path)
             model, _ = load_checkpoint(domain)
-            for method in methods:
-                for seed in range(seeds):
-                    if (domain, task, method, seed) in done:
+            # Seed-major: whatever has ended is paired across the methods.
+            for seed in range(seeds):
+                for method in methods:
+                    # An adapted z is adapted at nominal physics: it is evaluated there only.
+                    todo = [
+                        (fam, lv)
+                        for fam, lv in cells(domain, strongest and "+a" not in method)
+                        if (domain, task, method, seed, fam, "" if lv is None else str(lv))
+                        not in done
+                    ]
+                    if not todo:
                         continue
                     start = time.perf_counter()
                     picked = demos.sample(4, seed)
-                    key = f"{domain}_{task}_{method}_{seed}"
-                    policy, infer_seconds = _policy(model, picked, method, seed, key)
+                    policy, infer_seconds = _policy(model, picked, method, seed, domain, task)
                     specs = [
                         EnvSpec(domain, task, None if fam == "none" else fam, lv)
-                        for fam, lv in cells(domain)
+                        for fam, lv in todo
                     ]
                     res = engine.run(
                         [s for s in specs for _ in range(episodes)], policy, seed=EVAL_SEED
                     )
                     means = res.returns.reshape(len(specs), episodes).mean(1)
-                    for (fam, lv), mean in zip(cells(domain), means, strict=True):
+                    for (fam, lv), mean in zip(todo, means, strict=True):
                         writer.writerow({
                             "domain": domain, "task": task, "model": domain, "method": method,
                             "seed": seed, "family": fam, "level": "" if lv is None else lv,
@@ -127,15 +153,17 @@ def run(methods: list[str], tasks: list[str], seeds: int, episodes: int) -> None
                         })  # fmt: skip
                     f.flush()
                     took = time.perf_counter() - start
-                    print(f"{item} {method} seed {seed}: nominal {means[0]:.1f}, strongest "
-                          f"{means[1:].mean():.1f} ({took:.0f} s)", flush=True)  # fmt: skip
+                    print(f"{item} {method} seed {seed}: {len(todo)} cells, first {means[0]:.1f} "
+                          f"({took:.0f} s)", flush=True)  # fmt: skip
 
 
 def _bootstrap_iqm(fractions: np.ndarray, reps: int = 2000) -> tuple[float, float, float]:
     """IQM of a (seeds, tasks) matrix with a stratified (per task) bootstrap 95% CI."""
     rng = np.random.default_rng(0)
     n, k = fractions.shape
-    draws = [iqm(fractions[rng.integers(0, n, n), np.arange(k)[None]].ravel()) for _ in range(reps)]
+    # Each task's seeds resampled on their own: the stratified bootstrap.
+    picks = (rng.integers(0, n, (n, k)) for _ in range(reps))
+    draws = [iqm(fractions[rows, np.arange(k)[None]].ravel()) for rows in picks]
     lo, hi = np.percentile(draws, [2.5, 97.5])
     return iqm(fractions.ravel()), float(lo), float(hi)
 
@@ -148,20 +176,31 @@ def table(methods: list[str]) -> str:
         "| --- | --- | --- | " + " | ".join("---" for _ in methods) + " |",
     ]
     pooled: dict[str, dict[str, list[np.ndarray]]] = {}
+    task_count: dict[str, int] = {}
+    seed_count: dict[str, set[int]] = {}
     for item in TASKS:
         domain, task = item.split(":")
         sel = [r for r in rows if r["domain"] == domain and r["task"] == task]
+        # Each method over the seeds it has ended (each seed: the same demonstrations and
+        # initial states for every method); fewer than the task's most are marked.
         per = {m: sorted((r for r in sel if r["method"] == m), key=lambda r: int(r["seed"]))
                for m in methods}  # fmt: skip
-        if not sel or any(len(v) == 0 for v in per.values()):
+        most = max(len(v) for v in per.values())
+        if most == 0:
             continue
-        demo = float(np.mean([float(r["demonstrator"]) for r in per[methods[0]]]))
+        demo = float(np.mean([float(r["demonstrator"]) for r in max(per.values(), key=len)]))
         cells = []
         for m in methods:
+            if not per[m]:
+                cells.append("-")
+                continue
             means = np.array([float(r["mean"]) for r in per[m]])
             demos = np.array([float(r["demonstrator"]) for r in per[m]])
-            cells.append(f"{means.mean():.1f} ({means.mean() / demo:.2f})")
+            few = "" if len(means) == most else f"; {len(means)} seeds"
+            cells.append(f"{means.mean():.1f} ({100 * np.mean(means / demos):.0f}%{few})")
             pooled.setdefault(domain, {}).setdefault(m, []).append(means / demos)
+        task_count[domain] = task_count.get(domain, 0) + 1
+        seed_count.setdefault(domain, set()).add(most)
         lines.append(f"| {domain} | {task} | {demo:.1f} | " + " | ".join(cells) + " |")
     lines += ["", "| domain (tasks) | " + " | ".join(methods) + " |"]
     lines.append("| --- | " + " | ".join("---" for _ in methods) + " |")
@@ -169,13 +208,15 @@ def table(methods: list[str]) -> str:
         cells = []
         for m in methods:
             cols = per_method.get(m, [])
-            if not cols or len({len(c) for c in cols}) > 1:
+            # Pooled only over the same tasks and seeds as the others: else not comparable.
+            if len(cols) != task_count[domain] or len({len(c) for c in cols}) > 1:
                 cells.append("-")
                 continue
-            mid, lo, hi = _bootstrap_iqm(np.stack(cols, 1))
-            cells.append(f"{mid:.2f} [{lo:.2f}, {hi:.2f}]")
-        n = len(next(iter(per_method.values())))
-        lines.append(f"| {domain} ({n}) | " + " | ".join(cells) + " |")
+            mid, lo, hi = _bootstrap_iqm(100 * np.stack(cols, 1))
+            cells.append(f"{mid:.1f} [{lo:.1f}, {hi:.1f}]")
+        seeds = "/".join(str(n) for n in sorted(seed_count[domain]))
+        lines.append(f"| {domain} ({task_count[domain]} tasks, {seeds} seeds) | "
+                     + " | ".join(cells) + " |")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -186,20 +227,71 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--episodes", type=int, default=20)
     p.add_argument("--table-only", action="store_true")
+    # Off by default: at 20 episodes a cell the six shifted cells cost 6x the nominal one.
+    p.add_argument("--strongest", action="store_true", help="also each family's two strongest")
     args = p.parse_args()
     if not args.table_only:
-        run(args.methods, args.tasks, args.seeds, args.episodes)
+        run(args.methods, args.tasks, args.seeds, args.episodes, args.strongest)
     text = table(args.methods)
     print(text)
+    if not args.table_only:
+        return
+    shifted = shift_table([m for m in args.methods if "+a" not in m])
+    print(shifted)
     PAGE.parent.mkdir(parents=True, exist_ok=True)
     PAGE.write_text(
-        "# Imitating a planner at nominal physics\n\n"
-        "Per task: the mean over 5 seeds of each method's mean return over 20 episodes "
-        "(in brackets its fraction of the demonstrator's return on the same seed's 4 "
-        "demonstrations); per domain: the IQM of those per-seed fractions over the "
-        "domain's tasks, stratified-bootstrap 95% CI. Made by "
-        "`python benchmarks/external_nominal.py`.\n\n" + text + "\n"
+        "# Imitating a planner: the tables\n\n"
+        "Made by `python benchmarks/external_nominal.py --table-only` from "
+        "`runs/external_nominal/rows.csv`.\n\n## At nominal physics\n\n"
+        "Per task: the mean over seeds of each method's mean return over 20 episodes "
+        "(in brackets its share of the demonstrator's return on the same seed's 4 "
+        "demonstrations); per domain: the IQM of those per-seed shares (%) over the "
+        "domain's tasks, stratified-bootstrap 95% CI. `METHOD+aK`: its z adapted with K "
+        "reward-free episodes at nominal physics.\n\n" + text + "\n\n"
+        "## At each family's two strongest levels\n\n"
+        "Per task: the ceiling (the planner run inside the perturbed simulator, "
+        "`benchmarks/external_ceiling.py`, 2 episodes per cell) and each method's return, "
+        "both averaged over the six cells (three families, two levels); in brackets the "
+        "method's share of the ceiling.\n\n" + shifted + "\n"
     )
+
+
+def shift_table(methods: list[str]) -> str:
+    with open(ROWS) as f:
+        rows = [r for r in csv.DictReader(f) if r["family"] != "none"]
+    ceilings: dict[tuple[str, str], list[float]] = {}
+    if CEILING.exists():
+        with open(CEILING) as f:
+            for r in csv.DictReader(f):
+                ceilings.setdefault((r["domain"], r["task"]), []).append(float(r["mean"]))
+    lines = [
+        "| domain | task | ceiling | " + " | ".join(methods) + " |",
+        "| --- | --- | --- | " + " | ".join("---" for _ in methods) + " |",
+    ]
+    for item in TASKS:
+        domain, task = item.split(":")
+        sel = [r for r in rows if r["domain"] == domain and r["task"] == task]
+        present = [m for m in methods if any(r["method"] == m for r in sel)]
+        if not present:
+            continue
+        seeds = set.intersection(*({int(r["seed"]) for r in sel if r["method"] == m}
+                                   for m in present))  # fmt: skip
+        cells_ = ceilings.get((domain, task), [])
+        ceiling = float(np.mean(cells_)) if len(cells_) == 6 else None
+        out = []
+        for m in methods:
+            vals = [float(r["mean"]) for r in sel if r["method"] == m and int(r["seed"]) in seeds]
+            if m not in present or not vals:
+                out.append("-")
+                continue
+            mean = float(np.mean(vals))
+            share = "" if ceiling is None else f" ({100 * mean / ceiling:.0f}%)"
+            out.append(f"{mean:.1f}{share}")
+        shown = "-" if ceiling is None else f"{ceiling:.1f}"
+        lines.append(
+            f"| {domain} | {task} ({len(seeds)} seeds) | {shown} | " + " | ".join(out) + " |"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
