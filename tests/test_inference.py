@@ -16,7 +16,6 @@ from rbfm.errors import ConfigError, DatasetError
 from rbfm.fb import FBModel, fb_config
 from rbfm.fb.networks import project
 from rbfm.inference import (
-    METHODS,
     Demos,
     generate_demos,
     infer,
@@ -28,6 +27,7 @@ from rbfm.inference import (
 from rbfm.inference.common import full_losses, prepare
 from rbfm.inference.continuation import _fit_duals, _stage_losses, _working_set
 from rbfm.inference.rbfm_heavy import heavy_value
+from rbfm.methods import FB_METHODS
 from rbfm.robust import InactiveBallWarning, light_objective
 from rbfm.robust.duals import light_smoothed
 
@@ -85,7 +85,7 @@ class LinearActor(nn.Module):
 
 
 @pytest.mark.parametrize("bf16", [False, True])
-@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("method", FB_METHODS)  # the descents; the reductions: test_reductions
 def test_methods_keep_z_on_the_sphere(
     model: FBModel, demos: Demos, method: str, bf16: bool
 ) -> None:
@@ -161,7 +161,7 @@ def _expert(demos: Demos, m: FBModel, z: torch.Tensor) -> np.ndarray:
         return m.actor(obs, z.expand(len(obs), -1)).numpy()
 
 
-@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("method", FB_METHODS)
 def test_recovers_the_experts_z_with_a_linear_actor(demos: Demos, method: str) -> None:
     """The expert's actions are exactly pi_{z*}: every method's objective is minimal
     (zero loss on every state, whatever the weights) at z*, and nowhere else. At the
@@ -187,7 +187,7 @@ def test_robust_methods_beat_fbil_on_their_own_objectives(demos: Demos) -> None:
     scale = 0.05 + 0.5 * (np.arange(len(act)) % 1001 / 1000.0)[:, None] ** 4
     noisy = _relabelled(demos, act + scale * rng.standard_normal(act.shape))
     data = prepare(m, noisy)
-    res = {k: infer(m, noisy, k, seed=0) for k in METHODS}
+    res = {k: infer(m, noisy, k, seed=0) for k in FB_METHODS}
     # Each stage starts from the best iterate, its dual variables fitted there first: no
     # stage ends above its start here, and both continuations converge. (With the duals
     # carried over, or zero at the start, Heavy's first stage left FB-IL's z for a worst
@@ -248,7 +248,7 @@ def test_paper_settings_are_tables_5_to_7(demos: Demos) -> None:
     m, z_true = _linear_model()
     expert = _relabelled(demos, _expert(demos, m, z_true))
     data = prepare(m, expert)
-    for method in METHODS:
+    for method in FB_METHODS:
         res = infer(m, expert, method, seed=0, settings="paper", steps=400)
         assert res.steps == 400 and len(res.trace) == 8  # a check every 50 steps
         losses = full_losses(data, res.z, m.radius, 4096)
