@@ -9,9 +9,9 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parent.parent / "src" / "rbfm"
 
 # Bottom to top. The data's path: environments, data, the algorithms (exploration,
-# FB, the robust objectives, the planner that demonstrates), evaluation by rollouts, task inference and the
-# baselines, their registry, then the runs that combine them, the reports drawn from
-# their results, then the command line.
+# FB, the robust objectives, the planner that demonstrates), evaluation by rollouts,
+# task inference and the baselines, their registry, then the runs that combine them,
+# the reports drawn from their results, then the command line.
 LAYERS: list[set[str]] = [
     {"errors"},
     {"atomic", "checks", "device", "locks", "seeding", "progress", "threads"},
