@@ -184,10 +184,14 @@ class Demos:
             out["next_action"].append(act[1:t])
         return {k: np.concatenate(v) for k, v in out.items()}
 
+    def observations(self) -> list[np.ndarray]:
+        """s_0..s_T of each episode."""
+        rows, _ = self._offsets()
+        return [self.observation[rows[i] : rows[i + 1]] for i in range(self.num_episodes)]
+
     def next_states(self) -> list[np.ndarray]:
         """s_{t+1}, t = 0..T-1, of each episode (for the warm start)."""
-        rows, _ = self._offsets()
-        return [self.observation[rows[i] + 1 : rows[i + 1]] for i in range(self.num_episodes)]
+        return [obs[1:] for obs in self.observations()]
 
 
 def save_demos(path: str | os.PathLike[str], demos: Demos) -> Path:

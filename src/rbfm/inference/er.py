@@ -27,14 +27,6 @@ class ERConfig:
     """Closed form: nothing to set."""
 
 
-def reward_z(embeddings: torch.Tensor, radius: float) -> torch.Tensor:
-    """z = E[B(s)] over the demonstrated states' embeddings (N, d), on the sphere."""
-    if not torch.isfinite(embeddings).all():
-        raise FloatingPointError("er: the demonstrations' embeddings are not finite")
-    mean = embeddings.mean(0)
-    return radius * mean / mean.norm().clamp_min(1e-12)
-
-
 def infer(
     model: FBModel, demos: Demos, cfg: ERConfig, seed: int = 0, progress: bool = False
 ) -> InferenceResult:

@@ -105,9 +105,8 @@ def infer(
     steps = horizon(model.cfg.gamma, cfg.coverage)
     starts, targets = [], []
     with torch.no_grad():
-        rows = np.concatenate([[0], np.cumsum(demos.lengths + 1)])
-        for i in range(demos.num_episodes):
-            obs = torch.as_tensor(demos.observation[rows[i] : rows[i + 1]], device=device)
+        for episode in demos.observations():
+            obs = torch.as_tensor(episode, device=device)
             e = discounted_targets(model.backward_map(obs[1:]), model.cfg.gamma, steps)
             starts.append(obs[: len(e)])
             targets.append(e)

@@ -60,12 +60,10 @@ def infer_sequences(model: FBModel, demos: Demos, cfg: GoalConfig) -> GoalSequen
     """The goal sequence of every demonstration."""
     started = time.perf_counter()
     device = next(model.parameters()).device
-    rows = np.concatenate([[0], np.cumsum(demos.lengths + 1)])
     seqs, starts = [], []
     with torch.no_grad():
-        for i in range(demos.num_episodes):
-            obs = torch.as_tensor(demos.observation[rows[i] : rows[i + 1]], device=device)
-            b = model.backward_map(obs)
+        for episode in demos.observations():
+            b = model.backward_map(torch.as_tensor(episode, device=device))
             seqs.append(lookahead_goals(b[1:], cfg.lookahead, model.radius))
             starts.append(b[0])
     if not all(torch.isfinite(z).all() for z in seqs):
