@@ -829,3 +829,56 @@ def test_the_context_models_adapt_as_the_nominal_ones_do(domain: str) -> None:
     plain = {e.id for e in p.evals if e.adapt is None}
     assert {i.id for i in p.infers} <= {i.id for i in own.infers}
     assert plain <= {e.id for e in own.evals} and len(plain) == 4 * 3 * 3 * 5
+
+
+def test_a_planner_expert_plans_runs_and_resumes_from_its_kept_episodes(
+    checkpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """experts = ["mpc"]: the planner demonstrates, its ceiling is the planner inside the
+    shifted simulator at nominal and the strongest level only, and a run that lost its
+    cells but kept the planner's episodes replans nothing."""
+    import rbfm.planning.demos as planning
+    from rbfm.planning import mpc_config
+
+    data = smoke_dict(checkpoint, experts=["mpc"], seeds=[0], demos=2, num_demos=1, episodes=1)
+    data.update(mpc={"samples": 8, "horizon": 4}, planner_episodes=1, planner_levels=1)
+    data["models"][0].update(tasks=["walk"], levels=3)
+    data["methods"] = data["methods"][:1]
+    spec = from_dict(data)
+    run = run_experiment(spec, tmp_path, LocalExecutor(0), progress=False)
+    assert {r.expert for r in read_table(run.results)} == {"mpc"}
+    (demos_file,) = (tmp_path / "demos").glob("*.npz")
+    demos = load_demos(demos_file)
+    assert demos.meta["source"] == "mpc" and demos.meta["mpc"]["samples"] == 8
+    config = mpc_config("cheetah", {"samples": 8, "horizon": 4})
+    first = planning.planned_episode("cheetah", "walk", config, 0, seed=0)
+    assert np.array_equal(demos.observations()[0], first.observation.astype(np.float32))
+    with open(tmp_path / "experts.csv") as f:
+        ceilings = {r["level"]: float(r["mean"]) for r in csv.DictReader(f)}
+    assert sorted(ceilings, key=float) == ["0.0", "25.0"]  # nominal and strongest, not 12.5
+    strongest = planning.planned_episode("cheetah", "walk", config, 0, 1, {"joint_friction": 25})
+    assert ceilings["25.0"] == pytest.approx(strongest.total, rel=1e-6)
+    assert ceilings["0.0"] == pytest.approx(planning.planned_episode(
+        "cheetah", "walk", config, 0, seed=1).total, rel=1e-6)  # fmt: skip
+
+    def replan(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a kept planner episode was planned again")
+
+    monkeypatch.setattr(planning, "planned_episode", replan)
+    returns = [(r.cell, r.mean, r.std) for r in read_table(run.results)]
+    ceiling_table = (tmp_path / "experts.csv").read_text()
+    for kind in ("ceiling", "eval", "infer"):
+        for record in (tmp_path / "cells" / kind).glob("*.json"):
+            record.unlink()
+    demos_file.unlink()
+    again = run_experiment(spec, tmp_path, LocalExecutor(0), progress=False)
+    assert again.computed["demos"] == 1 and again.computed["ceiling"] == 2
+    assert [(r.cell, r.mean, r.std) for r in read_table(again.results)] == returns
+    assert (tmp_path / "experts.csv").read_text() == ceiling_table
+    # Planner settings are checked before anything runs, naming the field.
+    data["mpc"] = {"samples": 0}
+    with pytest.raises(ConfigError, match=r"mpc: mpc samples: 0 is out of range"):
+        plan(from_dict(data))
+    data.update(mpc={"samples": 8}, experts=["own"])
+    with pytest.raises(ConfigError, match='no expert source is "mpc"'):
+        plan(from_dict(data))

@@ -15,6 +15,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from rbfm.data.demos import Demos
 from rbfm.experiments.certificate import Certificate, heavy_certificates, tv_certificates
 from rbfm.fb.context import demo_inputs
 from rbfm.fb.model import FBModel
+from rbfm.planning.mppi import MPPIConfig, PlannedEpisode
 
 # A baseline policy as jobs carry it: (method, its policy file's metadata, state dict).
 BaselineState = tuple[str, dict[str, Any], dict[str, np.ndarray]]
@@ -43,24 +45,76 @@ def _one_thread() -> None:
 
 @dataclass(frozen=True)
 class DemosJob:
-    checkpoint: str  # the expert's model
+    checkpoint: str  # the expert's model ("" for the planner)
     domain: str
     task: str
     z: list[float]
     episodes: int
     seed: int
     noise: float = 0.0  # std of the Gaussian action noise (0: the deterministic expert)
+    planner: dict[str, Any] | None = None  # the MPPI planner's settings: it demonstrates
+    # Where the planner keeps each episode as it ends (`rbfm.planning.demos`): the one
+    # thing a job writes, since a planner episode costs minutes; keyed by its settings,
+    # so a folder shared by runs never mixes two planners' episodes.
+    parts: str | None = None
 
 
 def run_demos(job: DemosJob) -> Demos:
     from rbfm.inference import generate_demos
 
+    if job.planner is not None:
+        from rbfm.planning.demos import episodes_demos
+
+        config, episodes = _planned(
+            job.domain, job.task, job.planner, job.episodes, job.seed, {}, job.parts
+        )
+        return episodes_demos(job.domain, job.task, episodes, config, job.seed)
     _one_thread()
     model = _model(job.checkpoint)
     z = torch.tensor(job.z)
     return generate_demos(
         model, job.domain, job.task, z, job.episodes, job.seed, action_noise=job.noise
     )
+
+
+def _planned(
+    domain: str,
+    task: str,
+    planner: dict[str, Any],
+    episodes: int,
+    seed: int,
+    dynamics: dict[str, float],
+    parts: str | None,
+) -> tuple[MPPIConfig, list[PlannedEpisode]]:
+    from rbfm.planning.demos import planned_episodes
+
+    if parts is None:
+        raise ValueError("a planner job needs a parts folder")
+    config = MPPIConfig(**planner)
+    return config, planned_episodes(domain, task, config, episodes, Path(parts), seed, dynamics)
+
+
+@dataclass(frozen=True)
+class PlanJob:
+    """The planner inside the simulator at one (family, level): an "mpc" expert's
+    ceiling there, `episodes` of its stream `seed`."""
+
+    cell: str
+    domain: str
+    task: str
+    planner: dict[str, Any]
+    dynamics: dict[str, float]  # {} at nominal
+    episodes: int
+    seed: int
+    parts: str
+
+
+def run_plan(job: PlanJob) -> list[EvalOutput]:
+    _, episodes = _planned(
+        job.domain, job.task, job.planner, job.episodes, job.seed, job.dynamics, job.parts
+    )
+    returns = np.array([e.total for e in episodes])
+    return [EvalOutput(job.cell, returns, 0)]
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from rbfm.experiments.spec import (
 from rbfm.fb.checkpoint import read_meta, resolve, shipped_model, verify_weights
 from rbfm.methods import BASELINE_METHODS, ROBUST_FB_METHODS
 from rbfm.methods import NAMES as ALL_METHODS
+from rbfm.planning import mpc_config
 
 NOMINAL = "none"
 
@@ -57,18 +58,23 @@ class Model:
 @dataclass(frozen=True)
 class Expert:
     """Who demonstrates: the policy pi_z of `checkpoint` with `z`, plus Gaussian action
-    noise of std `noise`. `name` is the spec's ("own", "noisy", "model:walker:aps")."""
+    noise of std `noise`, or (`planner`: its `MPPIConfig` fields) the MPPI planner on the
+    true simulator. `name` is the spec's ("own", "noisy", "model:walker:aps", "mpc")."""
 
     name: str
     checkpoint: str
     sha256: str
     noise: float
+    planner: dict[str, Any] | None = None
 
     def key(self, task: str) -> dict[str, Any]:
         """Its part of a demonstration cell's id (empty for "own": ids from before the
         expert axis existed stay valid)."""
         if self.name == "own":
             return {}
+        if self.planner is not None:  # threads change no rollout: not part of the identity
+            settings = {k: v for k, v in self.planner.items() if k != "threads"}
+            return {"expert": {"mpc": settings, "task": task}}
         return {"expert": {"model": self.sha256, "task": task, "noise": self.noise}}
 
 
@@ -210,9 +216,18 @@ def _meta(stem: Path, domain: str, where: str) -> dict[str, Any]:
     return meta
 
 
-def _expert(name: str, model: Model, where: str) -> tuple[Expert, dict[str, list[float]]]:
-    """The expert `name` demonstrating for `model`, with the task z's of its model; errors
-    start with `where`."""
+def _expert(
+    name: str, model: Model, where: str, mpc: dict[str, Any]
+) -> tuple[Expert, dict[str, list[float]]]:
+    """The expert `name` demonstrating for `model`, with the task z's of its model (the
+    planner has none: an empty z per task); errors start with `where`."""
+    if name == "mpc":
+        try:
+            config = mpc_config(model.domain, mpc)
+        except ConfigError as e:
+            raise ConfigError(f"mpc: {e}") from e
+        no_z: dict[str, list[float]] = {t: [] for t in TASKS[model.domain]}
+        return Expert(name, "", "", 0.0, config.record()), no_z
     if name in ("own", "noisy"):
         noise = NOISY_STD if name == "noisy" else 0.0
         return Expert(name, model.checkpoint, model.sha256, noise), model.task_z
@@ -383,6 +398,15 @@ def _check_counts(spec: ExperimentSpec) -> None:
             raise ConfigError(f"{name}: {value!r} is out of range (valid: >= {low})")
     if not isinstance(spec.ceiling, bool):
         raise ConfigError(f"ceiling: {spec.ceiling!r} is not true or false")
+    for name, value, low in (
+        ("planner_episodes", spec.planner_episodes, 1),
+        ("planner_levels", spec.planner_levels, 0),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"{name}: {value!r} is out of range (valid: >= {low})")
+    planned = "mpc" in spec.experts or any("mpc" in m.experts for m in spec.models)
+    if spec.mpc and not planned:
+        raise ConfigError('mpc: planner settings are given but no expert source is "mpc"')
     # A model's own expert sources replace the spec's, so each list is checked alike.
     sources = [("experts", spec.experts)] + [
         (f"models[{i}].experts", m.experts) for i, m in enumerate(spec.models) if m.experts
@@ -502,7 +526,7 @@ def _model_cells(
     sources, at = (
         (entry.experts, f"{where}.experts") if entry.experts else (spec.experts, "experts")
     )
-    experts = [_expert(name, model, f"{at}[{k}]") for k, name in enumerate(sources)]
+    experts = [_expert(name, model, f"{at}[{k}]", spec.mpc) for k, name in enumerate(sources)]
     for (expert, expert_z), task in itertools.product(experts, tasks):
         if task not in expert_z:
             raise ConfigError(
@@ -573,25 +597,46 @@ def _eval_cells(
 
 
 def _ceilings(spec: ExperimentSpec, cells: _Cells) -> list[CeilingCell]:
-    """Each demonstration set's expert, evaluated where its imitators are."""
+    """Each demonstration set's expert, evaluated where its imitators are: an FB expert on
+    the evaluation's initial states, the planner (its own stream, demo_seed + 1) at
+    nominal and at each family's `planner_levels` strongest levels only."""
     out = []
     for d in cells.demos:
-        for fam, level in dict.fromkeys(
-            (e.family, e.level) for e in cells.evals if e.infer.demos is d
-        ):
+        where = list(dict.fromkeys((e.family, e.level) for e in cells.evals if e.infer.demos is d))
+        episodes, seed = spec.episodes, spec.eval_seed
+        if d.expert.planner is not None:
+            where = _planner_levels(d.model.domain, where, spec.planner_levels)
+            episodes, seed = spec.planner_episodes, spec.demo_seed + 1
+        for fam, level in where:
             payload = {
                 "demos": d.id,
                 "family": fam,
                 "level": level,
-                "episodes": spec.episodes,
-                "eval_seed": spec.eval_seed,
+                "episodes": episodes,
+                "eval_seed": seed,
             }
-            out.append(
-                CeilingCell(
-                    cell_id("ceiling", payload), d, fam, level, spec.episodes, spec.eval_seed
-                )
-            )
+            out.append(CeilingCell(cell_id("ceiling", payload), d, fam, level, episodes, seed))
     return out
+
+
+def _planner_levels(
+    domain: str, where: list[tuple[str, float | None]], strongest: int
+) -> list[tuple[str, float | None]]:
+    """The (family, level)s of `where` that are nominal or among the `strongest` last
+    evaluated levels of their family (sweeps run from nominal to the strongest)."""
+    by_family: dict[str, list[float | None]] = {}
+    for fam, level in where:
+        by_family.setdefault(fam, []).append(level)
+    keep: set[tuple[str, float | None]] = set()
+    for fam, levels in by_family.items():
+        if fam == NOMINAL:
+            keep.add((fam, None))
+            continue
+        nominal = get_perturbation(domain, fam).nominal
+        shifted = [x for x in levels if x != nominal]
+        keep |= {(fam, x) for x in levels if x == nominal}
+        keep |= {(fam, x) for x in shifted[max(0, len(shifted) - strongest) :] if strongest}
+    return [w for w in where if w in keep]
 
 
 def _adapt_cell(

@@ -8,6 +8,7 @@ Run directory:
     cells/infer/<id>.json     per inference: seconds, steps, policy file
     cells/eval/<id>.json      per evaluation: the results row and the episodes' returns
     cells/ceiling/<id>.json   per expert evaluation: the expert's returns
+    planner/                  the "mpc" expert's episodes, each kept as it ends (minutes each)
     cells/certificate/<id>.json  per inference (certificate_steps > 0): its certificates
     results.csv               one row per evaluation cell of the spec (rbfm.experiments.table)
     certificates.csv          per inference and radius: nominal and worst-case loss
@@ -38,6 +39,7 @@ from tqdm import tqdm
 
 from rbfm.atomic import atomic_write
 from rbfm.data.demos import Demos, load_demos, save_demos
+from rbfm.envs import get_perturbation
 from rbfm.experiments.certificate import Certificate
 from rbfm.experiments.executors import Executor
 from rbfm.experiments.jobs import (
@@ -52,11 +54,13 @@ from rbfm.experiments.jobs import (
     EvalOutput,
     InferJob,
     InferOutput,
+    PlanJob,
     run_adapt,
     run_cert,
     run_demos,
     run_eval,
     run_infer,
+    run_plan,
 )
 from rbfm.experiments.plan import (
     NOMINAL,
@@ -101,6 +105,7 @@ class Store:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root)
+        self.planner = self.root / "planner"
 
     def demos(self, cell: DemosCell) -> Path:
         return self.root / "demos" / f"{cell.id}.npz"
@@ -152,6 +157,9 @@ class RunSummary:
 # finished cell's estimated cost, so its rate (and ETA) calibrates itself to the machine
 # while cells that cost 1000x more than others do not make it jump.
 _ENV_STEP = {"cheetah": 1 / 10_000, "walker": 1 / 4_000, "quadruped": 1 / 3_000}
+# Seconds per planner episode at the domain's preset on one 2-thread job
+# (docs/demonstrations.md: 19-47 s on cheetah, 184 s on walker, 149-299 s on quadruped).
+_PLAN_EPISODE = {"cheetah": 35.0, "walker": 185.0, "quadruped": 225.0}
 _FLOPS = 2e10  # a CPU core's useful float throughput on these small networks
 # Seconds per certificate step: the Heavy dual fitted at the radii where its SoftTV ball
 # binds, three of RADII (four with a method's own eps below 0.717), ~10 s per 1,000 steps
@@ -177,6 +185,8 @@ def cell_cost(cell: Cell, actor_params: dict[str, int]) -> float:
     inference: forward and backward passes of the networks it trains through)."""
     if isinstance(cell, CertCell):
         return _CERTIFICATE_FIXED + _CERTIFICATE * cell.steps
+    if isinstance(cell, DemosCell | CeilingCell) and _planned(cell):
+        return cell.episodes * _PLAN_EPISODE[_domain(cell)]
     if isinstance(cell, DemosCell):
         return cell.episodes * 1000 * _ENV_STEP[cell.model.domain] * 1.3
     if isinstance(cell, EvalCell | CeilingCell):
@@ -371,6 +381,16 @@ def _demos(cell: EvalCell | CeilingCell) -> DemosCell:
     return cell.infer.demos if isinstance(cell, EvalCell) else cell.demos
 
 
+def _planned(cell: DemosCell | CeilingCell) -> bool:
+    """Whether the "mpc" planner demonstrates (its ceilings are planned, not evaluated)."""
+    d = cell if isinstance(cell, DemosCell) else cell.demos
+    return d.expert.planner is not None
+
+
+def _domain(cell: DemosCell | CeilingCell) -> str:
+    return (cell if isinstance(cell, DemosCell) else cell.demos).model.domain
+
+
 C = TypeVar("C", EvalCell, CeilingCell)
 
 
@@ -463,6 +483,24 @@ def _demos_job(run: _Run, cells: list[DemosCell]) -> DemosJob:
         d.episodes,
         d.seed,
         d.expert.noise,
+        d.expert.planner,
+        str(run.store.planner) if d.expert.planner is not None else None,
+    )
+
+
+def _plan_job(run: _Run, cells: list[CeilingCell]) -> PlanJob:
+    (c,) = cells
+    assert c.demos.expert.planner is not None
+    nominal = c.family == NOMINAL or c.level == get_perturbation(_domain(c), c.family).nominal
+    return PlanJob(
+        c.id,
+        _domain(c),
+        c.demos.task,
+        c.demos.expert.planner,
+        {} if nominal or c.level is None else {c.family: c.level},
+        c.episodes,
+        c.eval_seed,
+        str(run.store.planner),
     )
 
 
@@ -659,12 +697,21 @@ _STAGES: tuple[_Stage[Any, Any, Any], ...] = (
     _Stage(
         key="ceiling",
         name="expert evaluation",
-        cells=lambda p: p.ceilings,
+        cells=lambda p: [c for c in p.ceilings if not _planned(c)],
         record=Store.ceiling_record,
         job=_eval_job,
         run=run_eval,
         save=_save_ceiling,
         pack=_pack,
+    ),
+    _Stage(
+        key="ceiling",
+        name="planner ceiling",
+        cells=lambda p: [c for c in p.ceilings if _planned(c)],
+        record=Store.ceiling_record,
+        job=_plan_job,
+        run=run_plan,
+        save=_save_ceiling,
     ),
     # Last: a run stopped early has its returns before the certificates that explain them.
     _Stage(

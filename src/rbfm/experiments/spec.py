@@ -33,8 +33,11 @@ from rbfm.methods import BASELINE_METHODS, FB_METHODS, NAMES
 # a checkpoint path): an independent expert. "noisy:NAME" is NAME's policy with the noisy
 # expert's noise (NAME may be the model itself): several models imitating one model's
 # noisy demonstrations, the same episodes for all (same expert, z, noise and seed).
+# "mpc" is the MPPI planner on the true simulator with the task's reward
+# (`rbfm.planning`): a demonstrator from outside every FB model, whose ceiling under a
+# shift is the same planner inside the shifted simulator.
 NOISY_STD = 0.3
-EXPERT_KINDS = ("own", "noisy", "model:NAME", "noisy:NAME")
+EXPERT_KINDS = ("own", "noisy", "model:NAME", "noisy:NAME", "mpc")
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,13 @@ class ExperimentSpec:
     # they are all that is computed.
     certificate_steps: int = 1000
     adapt: tuple[AdaptEntry, ...] = ()
+    # The "mpc" expert: overrides of each domain's planner preset (rbfm.planning.PRESETS),
+    # and its ceiling. A planner episode costs 15-300 s on 2 cores, so the ceiling plans
+    # `planner_episodes` per cell at nominal and at the `planner_levels` strongest
+    # evaluated levels of each family only, from the planner's stream demo_seed + 1.
+    mpc: dict[str, Any] = field(default_factory=dict)
+    planner_episodes: int = 2
+    planner_levels: int = 2
 
 
 def _methods(
@@ -254,6 +264,43 @@ def _grid(name: str, models: tuple[ModelEntry, ...]) -> ExperimentSpec:
     )
     return ExperimentSpec(
         name=name, models=models, methods=(*_methods(*FB_METHODS), *paper, *baselines), **CPU_GRID
+    )
+
+
+# Demonstrations from outside every model: the MPPI planner on the true simulator, 8
+# episodes per task at nominal physics (4 drawn per seed), imitated by the domain's
+# default model with the paper's three methods and the reward-based reduction, by the
+# baselines on walker (as Q2), with FB-IL's and ER-FB's z adapted at the `adapt` stage's
+# budgets, and by the domain's dynamics-diverse models with FB-IL. The ceiling is the
+# planner inside the shifted simulator at nominal and each family's two strongest levels.
+# One stage per domain (a planner ceiling costs minutes an episode); settings fixed
+# before the grid ran. `goal` is not here: its task is a z per step, which the runner's
+# evaluation does not carry.
+EXTERNAL_ADAPT = (AdaptEntry(budget=10, evaluate=(2, 5, 10), methods=("fbil", "er")),)
+
+
+def _external(domain: str) -> ExperimentSpec:
+    default = ("rnd",)
+    diverse = SHIFT_DOMAINS[domain][2]
+    baselines = tuple(
+        MethodEntry(m, preset="cpu", datasets=default)
+        for m in BASELINE_METHODS
+        if domain == "walker"
+    )
+    return ExperimentSpec(
+        name=f"external-{domain}",
+        models=(
+            ModelEntry(domain),
+            *(ModelEntry(domain, x, checkpoint=f"{domain}:{x}") for x in diverse),
+        ),
+        methods=(
+            MethodEntry("fbil"),
+            *(MethodEntry(m, datasets=default) for m in ("rbfm-light", "rbfm-heavy", "er")),
+            *baselines,
+        ),
+        adapt=tuple(dataclasses.replace(a, datasets=default) for a in EXTERNAL_ADAPT),
+        demos=8,
+        **{**CPU_GRID, "experts": ("mpc",)},
     )
 
 
@@ -537,6 +584,7 @@ PRESETS: dict[str, ExperimentSpec] = {
     "adapt-cone-s2-walker": _adapt_slice(
         "adapt-cone-s2-walker", "walker", *ADAPT_SLICE_MODELS["walker"], "cone", states=2
     ),
+    **{f"external-{domain}": _external(domain) for domain in ("walker", "quadruped", "cheetah")},
     # FB-IL's z from the independent experts' demonstrations (the `independent` stage's
     # inferences and evaluations, reused) adapted with the `adapt` stage's settings, at
     # nominal and the two strongest levels: demonstrations no z of the model reproduces,
@@ -687,6 +735,8 @@ def from_dict(data: dict[str, Any], where: str = "spec") -> ExperimentSpec:
         rest["seeds"] = tuple(seeds)
     if "experts" in rest:
         rest["experts"] = _str_tuple(rest["experts"], f"{where}.experts")
+    if not isinstance(rest.get("mpc", {}), dict):
+        raise _err(f"{where}.mpc", "expected a table of planner settings (FIELD = VALUE)")
     return ExperimentSpec(models=tuple(models), methods=tuple(methods), **rest)
 
 

@@ -105,6 +105,22 @@ def planned_episodes(
     return out
 
 
+def episodes_demos(
+    domain: str, task: str, episodes: list[PlannedEpisode], config: MPPIConfig, seed: int
+) -> Demos:
+    """Planner episodes as a demonstrations set, its settings in the metadata."""
+    demos = Demos.from_arrays(
+        domain,
+        task,
+        [e.observation for e in episodes],
+        [e.action for e in episodes],
+        [e.reward for e in episodes],
+        [e.physics for e in episodes],
+    )
+    meta: dict[str, Any] = {"source": "mpc", "mpc": config.record(), "seed": seed}
+    return dataclasses.replace(demos, meta={**demos.meta, **meta})
+
+
 def mpc_demos(
     domain: str,
     task: str,
@@ -119,16 +135,7 @@ def mpc_demos(
     through `<out>.parts/`, which is removed once `out` is whole."""
     parts = out.with_name(out.name + ".parts")
     eps = planned_episodes(domain, task, config, episodes, parts, seed, None, steps, progress)
-    demos = Demos.from_arrays(
-        domain,
-        task,
-        [e.observation for e in eps],
-        [e.action for e in eps],
-        [e.reward for e in eps],
-        [e.physics for e in eps],
-    )
-    meta: dict[str, Any] = {"source": "mpc", "mpc": config.record(), "seed": seed}
-    demos = dataclasses.replace(demos, meta={**demos.meta, **meta})
+    demos = episodes_demos(domain, task, eps, config, seed)
     save_demos(out, demos)
     shutil.rmtree(parts)
     return demos
