@@ -11,12 +11,14 @@ import pytest
 from rbfm import baselines, inference
 from rbfm.cli import build_parser
 from rbfm.errors import ConfigError
+from rbfm.inference.goal import GoalConfig
 from rbfm.methods import (
     BASELINE_METHODS,
     FB_METHODS,
     NAMES,
     REDUCTION_METHODS,
     REGISTRY,
+    SEQUENCE_METHODS,
     display_label,
     get_method,
 )
@@ -34,7 +36,10 @@ def test_every_consumer_reads_the_registry() -> None:
     assert BASELINE_METHODS == baselines.BASELINES == tuple(baselines.POLICY_TYPES)
     assert _choices("infer", "--method") == NAMES
     assert figures.METHODS == NAMES
+    assert SEQUENCE_METHODS == ("goal",) and REGISTRY["goal"].config is GoalConfig
     for name, m in REGISTRY.items():
+        if m.kind == "goals":  # nothing fitted: no settings of the paper's to name
+            continue
         assert m.config in {inference.METHODS.get(name, (None, None))[1], *_baseline_configs()}
         assert set(m.presets) >= {"paper"}
         assert figures._COLOURS[name] == m.colour
@@ -53,6 +58,7 @@ def test_display_names_and_labels() -> None:
         "BE-DROIL",
         "ER-FB",
         "FM-FB",
+        "GOAL-FB",
     ]
     assert display_label("rbfm-heavy/paper") == "RBFM-Heavy/paper"
     assert display_label("rbfm-light eps=0.4") == "RBFM-Light eps=0.4"

@@ -3,6 +3,8 @@ answer is known exactly."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -135,5 +137,42 @@ def test_imitate_runs_the_goal_reduction_as_a_sequence(model: FBModel, demos: De
     assert isinstance(imitation.policy(), GoalPolicy)
     with pytest.raises(ConfigError, match="no field look"):
         rbfm.imitate(demos, "goal", wrapped, look=3)
-    with pytest.raises(ConfigError, match="a goal imitation is a z per step"):
-        imitation.save("/tmp/goal.json")
+    with pytest.raises(ConfigError, match="goal is a z per step; only task vectors adapt"):
+        rbfm.adapt(imitation, demos)
+
+
+def test_a_goal_file_round_trips_and_evaluates_as_the_imitation(
+    demos: Demos, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`rbfm infer --method goal` writes the sequences; `rbfm.load_imitation` and
+    `rbfm evaluate` read them back to the same policy and returns."""
+    import rbfm
+    from rbfm.cli import main
+    from rbfm.data.demos import save_demos
+    from rbfm.errors import ConfigError
+
+    model = rbfm.load_model("cheetah:rnd-v1")
+    imitation = rbfm.imitate(demos, "goal", model)
+    saved = imitation.save(tmp_path / "goal.json")
+    assert saved.with_suffix(".safetensors").is_file()
+    loaded = rbfm.load_imitation(saved)
+    assert loaded.goals is not None and imitation.goals is not None
+    assert all(torch.equal(a, b) for a, b in zip(loaded.goals.z, imitation.goals.z, strict=True))
+    direct = rbfm.evaluate(imitation, episodes=2)
+    assert np.array_equal(rbfm.evaluate(saved, episodes=2), direct)
+    demos_file = tmp_path / "demos.npz"
+    save_demos(demos_file, demos)
+    out = tmp_path / "cli.json"
+    infer = ["infer", "--checkpoint", "cheetah:rnd-v1", "--demos", str(demos_file)]
+    assert main([*infer, "--method", "goal", "--num-demos", "2", "--out", str(out)]) == 0
+    assert "goal: 2 z sequences (2000 steps)" in capsys.readouterr().out
+    assert main(["evaluate", "--z", str(out), "--episodes", "2"]) == 0
+    assert f"{direct.mean():.1f}" in capsys.readouterr().out
+    infer += ["--num-demos", "2", "--method", "goal"]
+    assert main([*infer, "--steps", "5", "--out", str(out)]) == 2
+    assert "goal: --steps do not apply" in capsys.readouterr().err
+    # A truncated sequences file is refused by name, before any rollout.
+    weights = out.with_suffix(".safetensors")
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(ConfigError, match="not the goal sequences of"):
+        rbfm.load_imitation(out)

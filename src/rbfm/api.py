@@ -127,17 +127,22 @@ class Imitation:
         return as_policy(self.network)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """A task-vector file (`.json`) or a policy's `.json`/`.safetensors` pair."""
+        """A task-vector file (`.json`), or a policy's or goal sequences' `.json` and
+        `.safetensors` pair."""
         from rbfm.baselines import write_policy
+        from rbfm.inference.goal import write_goals
         from rbfm.policy_files import save_z
 
         meta = {"method": self.method, "domain": self.domain, "task": self.task}
-        if self.goals is not None:
-            raise ConfigError("save: a goal imitation is a z per step; run it with .policy()")
-        if self.z is not None:
+        if self.z is not None or self.goals is not None:
             assert self.model is not None
             name = recorded_name(self.model.name)
             sha = {"model_sha256": self.model.meta["sha256"], "checkpoint": name}
+            if self.goals is not None:  # a .json description beside a .safetensors
+                return write_goals(
+                    Path(path).with_suffix(""), self.goals, meta | sha | (self.info or {})
+                )
+            assert self.z is not None
             return save_z(Path(path), self.z, meta | sha | (self.info or {}))
         assert self.network is not None
         stem = Path(path).with_suffix("")
@@ -164,7 +169,7 @@ def imitate(
 
     if model is not None and not isinstance(model, Model):
         model = load_model(model)
-    if method == "goal":  # a z per step: not one of the registry's single-z methods
+    if get_method(method).kind == "goals":  # a z per step, not one task vector
         from rbfm.inference.goal import GoalConfig, infer_sequences
 
         if model is None or model.domain != demos.domain:
@@ -217,7 +222,8 @@ def adapt(
     if not isinstance(imitation, Imitation):
         imitation = load_imitation(imitation)
     if imitation.z is None or imitation.model is None:
-        raise ConfigError(f"adapt: {imitation.method} is a policy network; only task vectors adapt")
+        what = "a z per step" if imitation.goals is not None else "a policy network"
+        raise ConfigError(f"adapt: {imitation.method} is {what}; only task vectors adapt")
     if criterion not in ("demos", "implied"):
         raise ConfigError(
             f"adapt: criterion {criterion!r} (valid: demos, implied; the reward oracle is for "
@@ -244,17 +250,24 @@ def load_imitation(path: str | os.PathLike[str], model: Model | None = None) -> 
     """An imitation saved by `Imitation.save` or `rbfm infer`. A task vector is of the
     model it was inferred for: by default the one its file records, else `model` (both
     checked against the weights' hash the file records)."""
+    from rbfm.inference.goal import GoalSequences
     from rbfm.policy_files import check_z, load_any
 
     method, z, network, info = load_any(path)
-    if z is not None:
+    goals = network if isinstance(network, GoalSequences) else None
+    if z is not None or goals is not None:
         if model is None:
             if not info.get("checkpoint"):
                 raise ConfigError(f"{path}: a task vector that records no model; pass model=")
             model = load_model(str(info["checkpoint"]))
-        check_z(path, z, info, model.meta)
+        first = goals.z[0][0] if goals is not None else z
+        assert first is not None
+        check_z(path, first, info, model.meta)
+    net = None if goals is not None else network
+    assert not isinstance(net, GoalSequences)
     domain = str(info.get("domain", model.domain if model else ""))
-    return Imitation(method, domain, str(info.get("task", "")), z, model, network, 0.0, info)
+    task = str(info.get("task", ""))
+    return Imitation(method, domain, task, z, model, net, 0.0, info, goals)
 
 
 @one_torch_thread

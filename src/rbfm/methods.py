@@ -16,13 +16,16 @@ from dataclasses import dataclass
 
 from rbfm import baselines, inference
 from rbfm.errors import unknown
+from rbfm.inference.goal import GoalConfig
 
 
 @dataclass(frozen=True)
 class Method:
     name: str  # the id in files, specs and results tables
     display: str  # the name a reader sees
-    kind: str  # "fb": a task vector of an FB model; "baseline": a policy network
+    # "fb": a task vector of an FB model; "goals": a sequence of them, one per step;
+    # "baseline": a policy network
+    kind: str
     config: type  # the config dataclass
     presets: tuple[str, ...]  # named settings (FB methods) or presets (baselines)
     robust: bool  # has a robustness radius eps
@@ -61,13 +64,17 @@ REGISTRY: dict[str, Method] = {
         # Imitation reductions that read no actions (Pirotta et al., ICLR 2024).
         _fb("er", "ER-FB", False, "C5", "v", reduction=True),
         _fb("fm", "FM-FB", True, "C6", "P", reduction=True),
+        Method("goal", "GOAL-FB", "goals", GoalConfig, ("default",), False, "C9", "*", True),
     )
 }
 NAMES = tuple(REGISTRY)
 # The paper's FB methods: what its grids run.
 FB_METHODS = tuple(n for n, m in REGISTRY.items() if m.is_fb and not m.reduction)
-REDUCTION_METHODS = tuple(n for n, m in REGISTRY.items() if m.reduction)
-BASELINE_METHODS = tuple(n for n, m in REGISTRY.items() if not m.is_fb)
+# The reductions with one task vector (the runner's and `inference.METHODS`).
+REDUCTION_METHODS = tuple(n for n, m in REGISTRY.items() if m.is_fb and m.reduction)
+# A task vector per step: `rbfm.imitate`, `rbfm infer` and `rbfm evaluate` carry it.
+SEQUENCE_METHODS = tuple(n for n, m in REGISTRY.items() if m.kind == "goals")
+BASELINE_METHODS = tuple(n for n, m in REGISTRY.items() if m.kind == "baseline")
 ROBUST_FB_METHODS = tuple(n for n, m in REGISTRY.items() if m.is_fb and m.robust)
 
 

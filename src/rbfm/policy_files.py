@@ -7,6 +7,8 @@ vectors with `save_z`.
 - A policy (baselines): safetensors weights and a JSON description (format
   "rbfm-policy", method, dimensions, config); saving and loading by
   `rbfm.baselines` (`write_policy`, `load_policy`).
+- Goal sequences (`goal`): a task vector per demonstrated step, safetensors beside a
+  JSON description (format "rbfm-goals"; `rbfm.inference.goal`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,15 @@ from rbfm.fb.checkpoint import load_checkpoint, read_meta, recorded_name
 from rbfm.fb.model import FBModel
 from rbfm.inference import InferenceResult, infer, method_config
 from rbfm.inference.adapt import CRITERION_LABELS, AdaptConfig, AdaptResult, adapt
+from rbfm.inference.goal import FORMAT as GOALS_FORMAT
+from rbfm.inference.goal import (
+    GoalConfig,
+    GoalPolicy,
+    GoalSequences,
+    infer_sequences,
+    read_goals,
+    write_goals,
+)
 from rbfm.methods import NAMES, display_label, get_method
 
 
@@ -104,13 +115,15 @@ def z_files(paths: list[str], model_meta: dict[str, Any]) -> list[tuple[str, tor
 
 def load_any(
     path: str | os.PathLike[str],
-) -> tuple[str, torch.Tensor | None, nn.Module | None, dict[str, Any]]:
+) -> tuple[str, torch.Tensor | None, nn.Module | GoalSequences | None, dict[str, Any]]:
     """A file from `rbfm infer`, whichever kind: (method, z or None, policy network or
-    None, description)."""
+    goal sequences or None, description)."""
     data = _read_json(path)
     if isinstance(data, dict) and data.get("format") == POLICY_FORMAT:
         method, module, info = load_policy(path)
         return method, None, module, info
+    if isinstance(data, dict) and data.get("format") == GOALS_FORMAT:
+        return str(data.get("method", "goal")), None, read_goals(Path(path), data), data
     z, info = _task_vector(path, data)
     return str(info.get("method", Path(path).stem)), z, None, info
 
@@ -269,6 +282,8 @@ def imitate_to_file(
     `checkpoint` (`settings`, `overrides`), or a baseline's policy (`preset`, and
     `overrides` of its config); a line saying what was written and how it ended."""
     overrides = dict(overrides or {})
+    if get_method(method).kind == "goals":
+        return goals_to_file(demos, checkpoint, seed, out, overrides, described, device)
     if not get_method(method).is_fb:
         fb_only = [
             f
@@ -301,7 +316,46 @@ def imitate_to_file(
     )
 
 
-Loaded = tuple[str, str, torch.Tensor | None, nn.Module | None, dict[str, Any]]
+def goals_to_file(
+    demos: Demos,
+    checkpoint: str | None,
+    seed: int,
+    out: str | os.PathLike[str],
+    overrides: dict[str, Any],
+    described: dict[str, Any] | None = None,
+    device: str | None = None,
+) -> str:
+    """The goal-based reduction's sequences written beside `out` (`.json` and
+    `.safetensors`); a line saying what was written."""
+    if overrides:
+        raise ConfigError(
+            f"goal: {', '.join('--' + k for k in overrides)} do not apply (it fits nothing; "
+            "its one setting is the lookahead of 8 states)"
+        )
+    if checkpoint is None:
+        raise ConfigError("--checkpoint is needed for goal")
+    model, meta = load_checkpoint(checkpoint, domain=demos.domain, device=device)
+    goals = infer_sequences(model, demos, GoalConfig())
+    info = {
+        "method": "goal",
+        "seed": seed,
+        "domain": demos.domain,
+        "task": demos.task,
+        **(described or {}),
+        "checkpoint": recorded_name(checkpoint),
+        "model_sha256": meta["sha256"],
+        "lookahead": GoalConfig().lookahead,
+        "seconds": goals.seconds,
+    }
+    path = write_goals(Path(out).with_suffix(""), goals, info)
+    steps = sum(len(z) for z in goals.z)
+    return (
+        f"goal: {len(goals.z)} z sequences ({steps} steps) written to {path} and its "
+        f".safetensors ({goals.seconds:.2f} s)"
+    )
+
+
+Loaded = tuple[str, str, torch.Tensor | None, nn.Module | GoalSequences | None, dict[str, Any]]
 
 
 def _agreed(loaded: list[Loaded], key: str, option: str) -> str:
@@ -355,15 +409,20 @@ def evaluate_files(
     loaded: list[Loaded] = [(str(path), *load_any(path)) for path in paths]
     task = task or _agreed(loaded, "task", "--task")
     meta = None
+    of_model = [e for e in loaded if e[2] is not None or isinstance(e[3], GoalSequences)]
     if checkpoint is not None:
         meta = read_meta(checkpoint)
-    elif any(z is not None for _, _, z, _, _ in loaded):
-        checkpoint, meta = _recorded_model([e for e in loaded if e[2] is not None])
-    zs, policies, domains = [], [], set()
+    elif of_model:
+        checkpoint, meta = _recorded_model(of_model)
+    zs, policies, goals, domains = [], [], [], set()
     if meta is not None:  # a policy of another domain than the model's is refused too
         domains.add(meta["domain"])
     for path, method, z, module, info in loaded:
-        if module is not None:
+        if isinstance(module, GoalSequences):
+            assert meta is not None
+            check_z(path, module.z[0][0], info, meta)  # each goal is on the model's sphere
+            goals.append((method, module))
+        elif module is not None:
             policies.append((method, as_policy(module)))
         else:
             assert z is not None
@@ -383,11 +442,12 @@ def evaluate_files(
     zs.sort(key=lambda e: rank.get(e[0], len(NAMES)))
     policies.sort(key=lambda e: rank.get(e[0], len(NAMES)))
     model, domain = None, str(next(iter(domains)))
-    if zs:
+    if zs or goals:
         assert checkpoint is not None
         model, meta = load_checkpoint(checkpoint, device=device)
         domains.add(meta["domain"])
         domain = meta["domain"]
+        policies += [(method, GoalPolicy(model, g)) for method, g in goals]
     if len(domains) != 1:
         raise ConfigError(f"the files are for different domains: {sorted(map(str, domains))}")
     checked_tasks(domain, [task])

@@ -77,7 +77,9 @@ OPTIONS: dict[str, Opt] = {
     "level": Opt("the family's level, in its unit (`rbfm envs`)", float),
     "levels": Opt("levels to evaluate (default: the family's six)", float, {"nargs": "+"}),
     "log_every": Opt("updates between log lines", int),
-    "method": Opt("FB task inference (fbil, rbfm-light, rbfm-heavy) or a baseline"),
+    "method": Opt(
+        "FB task inference (fbil, rbfm-light, rbfm-heavy), a reduction (er, fm, goal) or a baseline"
+    ),
     "nominal": Opt("regenerate a dynamics-diverse --replay file at nominal physics"),
     "num_demos": Opt("demonstration episodes drawn per seed from the file's", int),
     "out": Opt("where to write"),

@@ -25,6 +25,8 @@ from rbfm.data.demos import Demos
 from rbfm.experiments.certificate import Certificate, heavy_certificates, tv_certificates
 from rbfm.fb.context import demo_inputs
 from rbfm.fb.model import FBModel
+from rbfm.inference.goal import GoalPolicy, GoalSequences
+from rbfm.methods import SEQUENCE_METHODS
 from rbfm.planning.mppi import MPPIConfig, PlannedEpisode
 
 # A baseline policy as jobs carry it: (method, its policy file's metadata, state dict).
@@ -139,6 +141,7 @@ class InferOutput:
     # returned z, and whether the descent stopped by its convergence rule (not its cap).
     objective: float | None = None
     converged: bool | None = None
+    goals: GoalSequences | None = None  # `goal`: a task vector per demonstrated step
 
 
 @dataclass(frozen=True)
@@ -202,6 +205,12 @@ def run_infer(job: InferJob) -> InferOutput:
     from pathlib import Path
 
     _one_thread()
+    if job.method in SEQUENCE_METHODS:
+        from rbfm.inference.goal import GoalConfig, infer_sequences
+
+        assert job.checkpoint is not None
+        goals = infer_sequences(_model(job.checkpoint), job.demos, GoalConfig(**job.config))
+        return InferOutput(goals.seconds, 0, goals=goals)
     if job.checkpoint is not None:
         from rbfm.inference import METHODS
 
@@ -245,6 +254,7 @@ class EvalEntry:
     z: list[float] | None  # a task vector of the job's model, or
     policy: BaselineState | None
     noise: float = 0.0  # std of Gaussian action noise on pi_z (a noisy expert's ceiling)
+    goals: GoalSequences | None = None  # or a task vector per step of the job's model
 
 
 @dataclass(frozen=True)
@@ -280,8 +290,9 @@ def run_eval(job: EvalJob) -> list[EvalOutput]:
     _one_thread()
     fb = [e for e in job.entries if e.z is not None and not e.noise]
     noisy = [e for e in job.entries if e.z is not None and e.noise]
+    seq = [e for e in job.entries if e.goals is not None]
     base = [e for e in job.entries if e.policy is not None]
-    order = fb + noisy + base
+    order = fb + noisy + seq + base
     groups = []
     if fb:
         assert job.checkpoint is not None
@@ -295,6 +306,10 @@ def run_eval(job: EvalJob) -> list[EvalOutput]:
         seeds = [(e.eval_seed, k) for k in range(e.episodes)]
         act = noisy_policy(fb_policy(_model(job.checkpoint), torch.tensor(e.z)), e.noise, seeds)
         groups.append((start, start + e.episodes, act))
+        start += e.episodes
+    for e in seq:  # each its own policy: its episodes keep their own step counters
+        assert job.checkpoint is not None and e.goals is not None
+        groups.append((start, start + e.episodes, GoalPolicy(_model(job.checkpoint), e.goals)))
         start += e.episodes
     for e in base:
         assert e.policy is not None
@@ -310,7 +325,7 @@ def run_eval(job: EvalJob) -> list[EvalOutput]:
     # 24 GB machine with 2 workers).
     gc.collect()
     out, lo = {}, 0
-    for e in order:  # task vectors, noisy ones, then baseline policies: back to the job's order
+    for e in order:  # task vectors, noisy ones, goals, baseline policies: to the job's order
         part = slice(lo, lo + e.episodes)
         out[e.cell] = EvalOutput(e.cell, res.returns[part].copy(), int(res.unstable[part].sum()))
         lo += e.episodes

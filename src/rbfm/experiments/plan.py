@@ -32,7 +32,7 @@ from rbfm.experiments.spec import (
     pick_levels,
 )
 from rbfm.fb.checkpoint import read_meta, resolve, shipped_model, verify_weights
-from rbfm.methods import BASELINE_METHODS, ROBUST_FB_METHODS
+from rbfm.methods import BASELINE_METHODS, ROBUST_FB_METHODS, SEQUENCE_METHODS
 from rbfm.methods import NAMES as ALL_METHODS
 from rbfm.planning import mpc_config
 
@@ -304,7 +304,9 @@ def _families(entry: ModelEntry, where: str) -> dict[str, tuple[float | None, ..
 def _variants(entry: MethodEntry, domain: str, where: str) -> list[Variant]:
     """The method's configs (one per eps), built and so validated by the config classes."""
     from rbfm.baselines import baseline_config
+    from rbfm.checks import known_fields
     from rbfm.inference import SETTINGS, method_config
+    from rbfm.inference.goal import GoalConfig
 
     if entry.name not in ALL_METHODS:
         raise ConfigError(
@@ -318,8 +320,8 @@ def _variants(entry: MethodEntry, domain: str, where: str) -> list[Variant]:
         raise ConfigError(f"{where}.eps: a value is listed twice")
     if entry.settings not in SETTINGS:
         raise ConfigError(f"{where}.settings: {entry.settings!r}; valid: {', '.join(SETTINGS)}")
-    if entry.settings != "default" and entry.name in BASELINE_METHODS:
-        raise ConfigError(f"{where}.settings: baselines take a `preset`, not settings")
+    if entry.settings != "default" and entry.name in (*BASELINE_METHODS, *SEQUENCE_METHODS):
+        raise ConfigError(f"{where}.settings: {entry.name} has no named settings")
     variants = []
     for eps in entry.eps or (None,):
         overrides = dict(entry.overrides) | ({} if eps is None else {"eps": eps})
@@ -328,6 +330,9 @@ def _variants(entry: MethodEntry, domain: str, where: str) -> list[Variant]:
                 cfg = dataclasses.asdict(
                     baseline_config(entry.name, entry.preset, domain, overrides)
                 )
+            elif entry.name in SEQUENCE_METHODS:  # nothing fitted: no named settings
+                known_fields(GoalConfig, overrides, entry.name)
+                cfg = dataclasses.asdict(GoalConfig(**overrides))
             else:
                 cfg = dataclasses.asdict(method_config(entry.name, entry.settings, **overrides))
         except ConfigError as e:
@@ -367,8 +372,8 @@ def _adapt_config(entry: AdaptEntry, where: str, labels: set[str]) -> dict[str, 
                 f"budget {cfg.budget})"
             )
     for m in entry.methods:
-        if m not in ALL_METHODS or m in BASELINE_METHODS:
-            raise ConfigError(f"{where}.methods: {m!r} is not an FB inference method")
+        if m not in ALL_METHODS or m in BASELINE_METHODS or m in SEQUENCE_METHODS:
+            raise ConfigError(f"{where}.methods: {m!r} is not an FB method with one task vector")
     for label in entry.datasets:
         if label not in labels:
             raise ConfigError(f"{where}.datasets: {label!r} is not the dataset of any model")
@@ -650,6 +655,8 @@ def _certs(infers: list[InferCell], steps: int) -> list[CertCell]:
     """Each inference's certificates at RADII and the radius it used (none at 0 steps)."""
     out = []
     for i in infers if steps else []:
+        if i.variant.method in SEQUENCE_METHODS:  # no one policy's loss to certify
+            continue
         radii = tuple(sorted({*RADII, *([] if i.variant.eps is None else [i.variant.eps])}))
         payload = {"infer": i.id, "radii": radii, "steps": steps, **dataclasses.asdict(HEAVY)}
         out.append(CertCell(cell_id("certificate", payload), i, radii, steps))

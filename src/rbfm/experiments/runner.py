@@ -84,8 +84,9 @@ from rbfm.experiments.table import (
     write_certificate_table,
     write_table,
 )
+from rbfm.inference.goal import GoalSequences
 from rbfm.locks import hold
-from rbfm.methods import BASELINE_METHODS
+from rbfm.methods import BASELINE_METHODS, SEQUENCE_METHODS
 
 # Episodes per evaluation job (`rbfm experiment --eval-batch`). Each episode's environment
 # is a copy of one physics loaded per process: the `grid` stages ran 400-episode jobs with
@@ -194,6 +195,8 @@ def cell_cost(cell: Cell, actor_params: dict[str, int]) -> float:
     if isinstance(cell, AdaptCell):
         return cell.config["budget"] * 1000 * _ENV_STEP[cell.infer.demos.model.domain] * 1.3
     cfg = cell.variant.config
+    if cell.variant.method in SEQUENCE_METHODS:  # one pass of B over the states
+        return 1.0
     if cell.variant.preset is None:
         per_step = 6 * actor_params[cell.demos.model.checkpoint] * cfg["batch_size"]
     else:
@@ -275,7 +278,12 @@ def _save_infer(run: _Run, cells: list[InferCell], out: InferOutput) -> None:
         "seconds": out.seconds,
         "steps": out.steps,
     }
-    if out.z is not None:
+    if out.goals is not None:
+        from rbfm.inference.goal import write_goals
+
+        model = {"checkpoint": d.model.checkpoint, "model_sha256": d.model.sha256}
+        policy_file = write_goals(stem, out.goals, common | model)
+    elif out.z is not None:
         common |= {"objective": out.objective, "converged": out.converged}
         policy_file = stem.with_suffix(".json")
         save_z(
@@ -363,18 +371,28 @@ def _eval_entry(store: Store, cell: EvalCell | CeilingCell) -> EvalEntry:
     d = _demos(cell)
     z: list[float] | None
     policy: BaselineState | None = None
+    goals = None
     noise = 0.0
     if isinstance(cell, CeilingCell):
         z, noise = list(d.expert_z), d.expert.noise
     elif cell.adapt is not None:
         z = _adapted_z(store, cell)[0]
+    elif cell.infer.variant.method in SEQUENCE_METHODS:
+        z, goals = None, _stored_goals(store, cell.infer)
     else:
         z, policy = _stored_policy(store, cell.infer)
     family = None if cell.family == NOMINAL else cell.family
     return EvalEntry(
         cell.id, d.model.domain, d.task, family, cell.level, cell.episodes, cell.eval_seed, z,
-        policy, noise,
+        policy, noise, goals,
     )  # fmt: skip
+
+
+def _stored_goals(store: Store, inf: InferCell) -> GoalSequences:
+    from rbfm.inference.goal import read_goals
+
+    path = store.root / store.read(store.infer_record(inf))["policy"]
+    return read_goals(path, json.loads(path.read_text()))
 
 
 def _demos(cell: EvalCell | CeilingCell) -> DemosCell:

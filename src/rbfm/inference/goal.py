@@ -7,19 +7,29 @@ over the demonstration's next L states (fewer near its end). The task is a seque
 task vectors, not one: an episode follows the demonstration whose first state is
 nearest its own in B's space, by time index (t past the demonstration's end keeps its
 last z). Nothing is fitted, so it costs one pass of B over the states.
+
+Its file is a `.json` description (format "rbfm-goals", method, domain, task, the model's
+weights hash) beside a `.safetensors` of the sequences and the start embeddings: four
+walker demonstrations of 1,000 steps are 0.8 MB there against ~4 MB as JSON numbers.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 
+from rbfm.atomic import atomic_write
 from rbfm.checks import in_range
 from rbfm.data.demos import Demos
-from rbfm.errors import DatasetError
+from rbfm.errors import ConfigError, DatasetError
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
 
@@ -110,3 +120,41 @@ def _pad(seqs: list[torch.Tensor]) -> torch.Tensor:
     """(E, T_max, d): each sequence followed by copies of its last z."""
     longest = max(len(z) for z in seqs)
     return torch.stack([torch.cat([z, z[-1:].expand(longest - len(z), -1)]) for z in seqs])
+
+
+FORMAT = "rbfm-goals"
+
+
+def write_goals(stem: Path, goals: GoalSequences, meta: dict[str, Any]) -> Path:
+    """`stem.safetensors` and then `stem.json` (the description, written last: a file
+    that reads is whole); returns the `.json` path."""
+    tensors = {f"z.{i}": z.detach().cpu().contiguous() for i, z in enumerate(goals.z)}
+    tensors["starts"] = goals.starts.detach().cpu().contiguous()
+    info = {"format": FORMAT, **meta, "demonstrations": len(goals.z)}
+    info["lengths"] = [len(z) for z in goals.z]
+    atomic_write(stem.with_suffix(".safetensors"), lambda tmp: save_file(tensors, str(tmp)))
+    text = json.dumps(info, indent=2)
+    atomic_write(stem.with_suffix(".json"), lambda tmp: tmp.write_text(text))
+    return stem.with_suffix(".json")
+
+
+def read_goals(path: Path, info: dict[str, Any]) -> GoalSequences:
+    """The sequences of a goals file whose description `info` is already read."""
+    weights = path.with_suffix(".safetensors")
+    try:
+        tensors = load_file(str(weights))
+        count = int(info["demonstrations"])
+        seqs = [tensors[f"z.{i}"] for i in range(count)]
+        starts = tensors["starts"]
+    except (OSError, SafetensorError, KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"{weights}: not the goal sequences of {path} ({e})") from e
+    dims = {z.shape[-1] for z in seqs} | {starts.shape[-1]}
+    if (
+        len(dims) != 1
+        or any(z.ndim != 2 or len(z) == 0 for z in seqs)
+        or starts.shape != (count, dims.pop())
+    ):
+        raise ConfigError(f"{weights}: goal sequences of inconsistent shapes")
+    if not all(torch.isfinite(z).all() for z in [*seqs, starts]):
+        raise ConfigError(f"{weights}: a goal task vector is not finite")
+    return GoalSequences(seqs, starts, 0.0)

@@ -1,0 +1,71 @@
+"""What the planner's preset costs in return against a larger planner, on a few episodes.
+
+    python benchmarks/planner_size.py [--tasks cheetah:run walker:walk] [--episodes 2]
+
+The larger planner doubles the preset's samples and takes its horizon 1.5x longer
+(about 3x the simulated steps per control step). Both plan episodes 0..N-1 of the same
+stream (seed 0: the demonstrations' initial states); the preset's returns are read from
+the demonstrations files `runs/demos/mpc/DOMAIN_TASK.npz`, so only the larger planner
+runs. Episodes are kept in `runs/planner_size/` as they end (a rerun resumes); the table
+goes to docs/results/external/planner_size.csv.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import time
+from pathlib import Path
+
+import numpy as np
+
+from rbfm.data.demos import load_demos
+from rbfm.planning import mpc_config
+from rbfm.planning.demos import planned_episodes
+
+DEMOS = Path("runs/demos/mpc")
+PARTS = Path("runs/planner_size")
+TABLE = Path("docs/results/external/planner_size.csv")
+COLUMNS = (
+    "domain", "task", "episodes", "preset", "preset_return", "larger", "larger_return",
+    "larger_seconds",
+)  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--tasks", nargs="+", default=["cheetah:run", "walker:walk"])
+    p.add_argument("--episodes", type=int, default=2)
+    args = p.parse_args()
+    rows = []
+    for item in args.tasks:
+        domain, task = item.split(":")
+        demos_file = DEMOS / f"{domain}_{task}.npz"
+        if not demos_file.exists():
+            print(f"{item}: no demonstrations file {demos_file}; skipped")
+            continue
+        preset = mpc_config(domain)
+        larger = mpc_config(
+            domain, {"samples": 2 * preset.samples, "horizon": (3 * preset.horizon) // 2}
+        )
+        start = time.perf_counter()
+        eps = planned_episodes(domain, task, larger, args.episodes, PARTS, 0, progress=True)
+        took = (time.perf_counter() - start) / args.episodes
+        demos = load_demos(demos_file)
+        own = np.asarray(demos.returns[: args.episodes], np.float64)
+        big = np.array([e.total for e in eps])
+        rows.append(dict(zip(COLUMNS, (
+            domain, task, args.episodes, f"{preset.samples}x{preset.horizon}",
+            f"{own.mean():.1f}", f"{larger.samples}x{larger.horizon}", f"{big.mean():.1f}",
+            f"{took:.0f}",
+        ), strict=True)))  # fmt: skip
+        print(f"{item}: preset {own.mean():.1f}, larger {big.mean():.1f} ({took:.0f} s/episode)")
+    TABLE.parent.mkdir(parents=True, exist_ok=True)
+    with open(TABLE, "w", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
