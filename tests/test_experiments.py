@@ -717,12 +717,13 @@ def test_task_slices_partition_a_stage(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", list(PRESETS))
-def test_every_preset_plans_from_the_shipped_models(name: str) -> None:
+def test_every_preset_plans_from_the_shipped_models(name: str, tmp_path: Path) -> None:
     """docs/experiments.md promises that every preset's models and experts ship with
     rbfm: a preset naming a model that is not in the package fails here, not hours into
-    a stage."""
+    a stage; and the progress bar's cost model prices each of its cells."""
     p = plan(PRESETS[name])
     assert p.infers and p.evals
+    assert "0% of the estimated work" in pending(p, tmp_path)
 
 
 def test_the_grid_covers_every_shipped_default_model_and_question() -> None:

@@ -195,10 +195,11 @@ def cell_cost(cell: Cell, actor_params: dict[str, int]) -> float:
     if isinstance(cell, AdaptCell):
         return cell.config["budget"] * 1000 * _ENV_STEP[cell.infer.demos.model.domain] * 1.3
     cfg = cell.variant.config
-    if cell.variant.method in SEQUENCE_METHODS:  # one pass of B over the states
+    if "steps" not in cfg:  # closed forms (er, goal): one pass of B over the states
         return 1.0
-    if cell.variant.preset is None:
-        per_step = 6 * actor_params[cell.demos.model.checkpoint] * cfg["batch_size"]
+    if cell.variant.preset is None:  # fm: its L-BFGS evaluations over its starts
+        batch = int(cfg.get("batch_size", cfg.get("starts", 1)))
+        per_step = 6 * actor_params[cell.demos.model.checkpoint] * batch
     else:
         critic = 3 if cell.variant.method == "bedroil" else 1
         per_step = 6 * _params(cfg, "hidden") * cfg["batch_size"] * (1 + critic)
