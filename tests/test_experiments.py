@@ -856,7 +856,7 @@ def test_a_planner_expert_plans_runs_and_resumes_from_its_kept_episodes(
     assert np.array_equal(demos.observations()[0], first.observation.astype(np.float32))
     with open(tmp_path / "experts.csv") as f:
         ceilings = {r["level"]: float(r["mean"]) for r in csv.DictReader(f)}
-    assert sorted(ceilings, key=float) == ["0.0", "25.0"]  # nominal and strongest, not 12.5
+    assert sorted(ceilings, key=float) == ["0.0", "25.0"]  # nominal and strongest, not 10
     strongest = planning.planned_episode("cheetah", "walk", config, 0, 1, {"joint_friction": 25})
     assert ceilings["25.0"] == pytest.approx(strongest.total, rel=1e-6)
     assert ceilings["0.0"] == pytest.approx(planning.planned_episode(
@@ -876,6 +876,10 @@ def test_a_planner_expert_plans_runs_and_resumes_from_its_kept_episodes(
     assert again.computed["demos"] == 1 and again.computed["ceiling"] == 2
     assert [(r.cell, r.mean, r.std) for r in read_table(again.results)] == returns
     assert (tmp_path / "experts.csv").read_text() == ceiling_table
+    # planner_levels = 0: the ceiling at nominal only; 6 > the 2 shifted levels: all three.
+    for k, levels in ((0, {0.0}), (6, {0.0, 10.0, 25.0})):
+        only = plan(from_dict({**data, "planner_levels": k}))
+        assert {c.level for c in only.ceilings} == levels
     # Planner settings are checked before anything runs, naming the field.
     data["mpc"] = {"samples": 0}
     with pytest.raises(ConfigError, match=r"mpc: mpc samples: 0 is out of range"):

@@ -152,7 +152,8 @@ def test_a_goal_file_round_trips_and_evaluates_as_the_imitation(
     from rbfm.errors import ConfigError
 
     model = rbfm.load_model("cheetah:rnd-v1")
-    imitation = rbfm.imitate(demos, "goal", model)
+    imitation = rbfm.imitate(demos, model=model)  # the default method
+    assert imitation.method == "goal"
     saved = imitation.save(tmp_path / "goal.json")
     assert saved.with_suffix(".safetensors").is_file()
     loaded = rbfm.load_imitation(saved)
@@ -164,7 +165,7 @@ def test_a_goal_file_round_trips_and_evaluates_as_the_imitation(
     save_demos(demos_file, demos)
     out = tmp_path / "cli.json"
     infer = ["infer", "--checkpoint", "cheetah:rnd-v1", "--demos", str(demos_file)]
-    assert main([*infer, "--method", "goal", "--num-demos", "2", "--out", str(out)]) == 0
+    assert main([*infer, "--num-demos", "2", "--out", str(out)]) == 0  # the default method
     assert "goal: 2 z sequences (2000 steps)" in capsys.readouterr().out
     assert main(["evaluate", "--z", str(out), "--episodes", "2"]) == 0
     assert f"{direct.mean():.1f}" in capsys.readouterr().out

@@ -31,6 +31,7 @@ from rbfm.evaluation import EnvSpec, Policy, RolloutEngine, fb_policy
 from rbfm.fb.checkpoint import recorded_name
 from rbfm.fb.model import FBModel
 from rbfm.inference.goal import GoalSequences
+from rbfm.methods import DEFAULT_METHOD
 from rbfm.threads import one_torch_thread
 
 
@@ -153,7 +154,7 @@ class Imitation:
 @one_torch_thread
 def imitate(
     demos: Demos,
-    method: str = "fbil",
+    method: str = DEFAULT_METHOD,
     model: Model | str | os.PathLike[str] | None = None,
     seed: int = 0,
     settings: str | None = None,

@@ -75,6 +75,12 @@ REDUCTION_METHODS = tuple(n for n, m in REGISTRY.items() if m.is_fb and m.reduct
 # A task vector per step: `rbfm.imitate`, `rbfm infer` and `rbfm evaluate` carry it.
 SEQUENCE_METHODS = tuple(n for n, m in REGISTRY.items() if m.kind == "goals")
 BASELINE_METHODS = tuple(n for n, m in REGISTRY.items() if m.kind == "baseline")
+# What `rbfm.imitate` and `rbfm infer` run when no method is named: of the methods that
+# need only the demonstrations and the model, the one with the highest IQM share of an
+# external demonstrator's return pooled over every task measured (a planner's, at
+# nominal physics: docs/results/external). That is the case a user's own demonstrations
+# are; on the model's own demonstrations FB-IL is exact, and stays available by name.
+DEFAULT_METHOD = "goal"
 ROBUST_FB_METHODS = tuple(n for n, m in REGISTRY.items() if m.is_fb and m.robust)
 
 

@@ -9,7 +9,7 @@ from rbfm import EVAL_SEED, checks
 from rbfm.cli.options import MODEL, REQUIRED, Use, command, from_args, listed
 from rbfm.errors import ConfigError
 from rbfm.inference.adapt import AdaptConfig
-from rbfm.methods import NAMES
+from rbfm.methods import DEFAULT_METHOD, NAMES
 
 _PERTURBATION = Use(None, listed("family (default: nominal dynamics)", "families"))
 
@@ -92,7 +92,7 @@ def demos(args: argparse.Namespace) -> None:
     "infer a task vector z from demonstrations (or train a baseline policy)",
     checkpoint=Use(None, "not used by the baselines; " + MODEL),
     demos=REQUIRED,
-    method=Use(REQUIRED, choices=list(NAMES)),
+    method=Use(DEFAULT_METHOD, choices=list(NAMES)),
     preset=Use("cpu", "baselines: paper (Tables 8-9) or cpu (far fewer steps)", ["paper", "cpu"]),
     eps=None,
     settings="default",
@@ -101,7 +101,7 @@ def demos(args: argparse.Namespace) -> None:
     bf16=Use(help="a bfloat16 copy of the actor (faster, for CPUs with bf16 units)"),
     seed=Use(0, "which --num-demos episodes are drawn, and the descent's batches"),
     device=None,
-    out=Use(REQUIRED, "task-vector file (.json), or the baselines' policy stem"),
+    out=Use(REQUIRED, "task-vector or goals file (.json), or the baselines' policy stem"),
 )
 def infer(args: argparse.Namespace) -> None:
     from rbfm.inference import load_demos
