@@ -217,6 +217,17 @@ def table(methods: list[str]) -> str:
         seeds = "/".join(str(n) for n in sorted(seed_count[domain]))
         lines.append(f"| {domain} ({task_count[domain]} tasks, {seeds} seeds) | "
                      + " | ".join(cells) + " |")  # fmt: skip
+    # Every task of every domain, for the methods that ran on all of them with one seed count.
+    total = sum(task_count.values())
+    cells = []
+    for m in methods:
+        cols = [c for per_method in pooled.values() for c in per_method.get(m, [])]
+        if len(cols) != total or len({len(c) for c in cols}) > 1:
+            cells.append("-")
+            continue
+        mid, lo, hi = _bootstrap_iqm(100 * np.stack(cols, 1))
+        cells.append(f"{mid:.1f} [{lo:.1f}, {hi:.1f}]")
+    lines.append(f"| all ({total} tasks) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
