@@ -3,6 +3,7 @@ answer is known exactly."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -152,8 +153,8 @@ def test_a_goal_file_round_trips_and_evaluates_as_the_imitation(
     from rbfm.errors import ConfigError
 
     model = rbfm.load_model("cheetah:rnd-v1")
-    imitation = rbfm.imitate(demos, model=model)  # the default method
-    assert imitation.method == "goal"
+    imitation = rbfm.imitate(demos, "goal", model)
+    assert rbfm.imitate(demos, model=model).method == "er"  # the default method
     saved = imitation.save(tmp_path / "goal.json")
     assert saved.with_suffix(".safetensors").is_file()
     loaded = rbfm.load_imitation(saved)
@@ -165,8 +166,10 @@ def test_a_goal_file_round_trips_and_evaluates_as_the_imitation(
     save_demos(demos_file, demos)
     out = tmp_path / "cli.json"
     infer = ["infer", "--checkpoint", "cheetah:rnd-v1", "--demos", str(demos_file)]
-    assert main([*infer, "--num-demos", "2", "--out", str(out)]) == 0  # the default method
-    assert "goal: 2 z sequences (2000 steps)" in capsys.readouterr().out
+    assert main([*infer, "--num-demos", "2", "--out", str(tmp_path / "er.json")]) == 0
+    assert json.loads((tmp_path / "er.json").read_text())["method"] == "er"  # the default
+    assert main([*infer, "--method", "goal", "--num-demos", "2", "--out", str(out)]) == 0
+    assert "goal: 2 z sequences (2000 steps)" in capsys.readouterr().out.splitlines()[-1]
     assert main(["evaluate", "--z", str(out), "--episodes", "2"]) == 0
     assert f"{direct.mean():.1f}" in capsys.readouterr().out
     infer += ["--num-demos", "2", "--method", "goal"]

@@ -80,7 +80,7 @@ BASELINE_METHODS = tuple(n for n, m in REGISTRY.items() if m.kind == "baseline")
 # external demonstrator's return pooled over every task measured (a planner's, at
 # nominal physics: docs/results/external). That is the case a user's own demonstrations
 # are; on the model's own demonstrations FB-IL is exact, and stays available by name.
-DEFAULT_METHOD = "goal"
+DEFAULT_METHOD = "er"
 ROBUST_FB_METHODS = tuple(n for n, m in REGISTRY.items() if m.is_fb and m.robust)
 
 
