@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rbfm.atomic import atomic_csv
 from rbfm.envs import families, get_perturbation
 from rbfm.planning import mpc_config
 from rbfm.planning.demos import planned_episodes
@@ -56,10 +57,7 @@ def main() -> None:
                 ), strict=True)))  # fmt: skip
                 print(f"{item} {family}={level:g}: {returns.mean():.1f}", flush=True)
                 TABLE.parent.mkdir(parents=True, exist_ok=True)
-                with open(TABLE, "w", newline="") as f:
-                    writer = csv.DictWriter(f, COLUMNS)
-                    writer.writeheader()
-                    writer.writerows(rows)
+                atomic_csv(TABLE, rows, COLUMNS)
 
 
 if __name__ == "__main__":

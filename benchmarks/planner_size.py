@@ -13,12 +13,12 @@ goes to docs/results/external/planner_size.csv.
 from __future__ import annotations
 
 import argparse
-import csv
 import time
 from pathlib import Path
 
 import numpy as np
 
+from rbfm.atomic import atomic_csv
 from rbfm.data.demos import load_demos
 from rbfm.planning import mpc_config
 from rbfm.planning.demos import planned_episodes
@@ -61,10 +61,7 @@ def main() -> None:
         ), strict=True)))  # fmt: skip
         print(f"{item}: preset {own.mean():.1f}, larger {big.mean():.1f} ({took:.0f} s/episode)")
     TABLE.parent.mkdir(parents=True, exist_ok=True)
-    with open(TABLE, "w", newline="") as f:
-        writer = csv.DictWriter(f, COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    atomic_csv(TABLE, rows, COLUMNS)
 
 
 if __name__ == "__main__":
