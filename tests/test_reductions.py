@@ -174,7 +174,15 @@ def test_a_goal_file_round_trips_and_evaluates_as_the_imitation(
     assert f"{direct.mean():.1f}" in capsys.readouterr().out
     infer += ["--num-demos", "2", "--method", "goal"]
     assert main([*infer, "--steps", "5", "--out", str(out)]) == 2
-    assert "goal: --steps do not apply" in capsys.readouterr().err
+    assert "goal: no field steps (valid: lookahead)" in capsys.readouterr().err
+    assert main([*infer, "--steps", "5", "--set", "steps=6", "--out", str(out)]) == 2
+    assert "--set steps: given again as --steps" in capsys.readouterr().err
+    # `--set` reaches the method's config as `imitate`'s keywords do.
+    assert main([*infer, "--set", "lookahead=3", "--out", str(tmp_path / "l3.json")]) == 0
+    assert json.loads((tmp_path / "l3.json").read_text())["lookahead"] == 3
+    three = rbfm.imitate(demos.sample(2, 0), "goal", model, lookahead=3).goals
+    assert three is not None
+    assert torch.equal(rbfm.load_imitation(tmp_path / "l3.json").goals.z[0], three.z[0])
     # A truncated sequences file is refused by name, before any rollout.
     weights = out.with_suffix(".safetensors")
     weights.write_bytes(weights.read_bytes()[:100])

@@ -79,6 +79,16 @@ def assignments(items: list[str]) -> tuple[tuple[str, Any], ...]:
     return tuple(pairs)
 
 
+def overrides(named: Mapping[str, Any], items: list[str]) -> dict[str, Any]:
+    """Options given by name (None: not given) with `--set` KEY=VALUE pairs on top; a key
+    given both ways is refused rather than one of them silently winning."""
+    given = {k: v for k, v in named.items() if v is not None}
+    pairs = dict(assignments(items))
+    if twice := sorted(given.keys() & pairs.keys()):
+        raise ConfigError(f"--set {', '.join(twice)}: given again as --{' --'.join(twice)}")
+    return given | pairs
+
+
 def count(option: str, value: int) -> None:
     if value < 1:
         raise ConfigError(f"{option}: {value} is out of range (valid: >= 1)")

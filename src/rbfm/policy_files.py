@@ -327,15 +327,12 @@ def goals_to_file(
 ) -> str:
     """The goal-based reduction's sequences written beside `out` (`.json` and
     `.safetensors`); a line saying what was written."""
-    if overrides:
-        raise ConfigError(
-            f"goal: {', '.join('--' + k for k in overrides)} do not apply (it fits nothing; "
-            "its one setting is the lookahead of 8 states)"
-        )
+    checks.known_fields(GoalConfig, overrides, "goal")  # it fits nothing: no steps, eps or bf16
+    config = GoalConfig(**overrides)
     if checkpoint is None:
         raise ConfigError("--checkpoint is needed for goal")
     model, meta = load_checkpoint(checkpoint, domain=demos.domain, device=device)
-    goals = infer_sequences(model, demos, GoalConfig())
+    goals = infer_sequences(model, demos, config)
     info = {
         "method": "goal",
         "seed": seed,
@@ -344,7 +341,7 @@ def goals_to_file(
         **(described or {}),
         "checkpoint": recorded_name(checkpoint),
         "model_sha256": meta["sha256"],
-        "lookahead": GoalConfig().lookahead,
+        "lookahead": config.lookahead,
         "seconds": goals.seconds,
     }
     path = write_goals(Path(out).with_suffix(""), goals, info)

@@ -98,6 +98,7 @@ def demos(args: argparse.Namespace) -> None:
     settings="default",
     steps=Use(None, "FB: the step cap (default 3000); baselines: training steps (the preset's)"),
     num_demos=4,
+    set=Use([], "a field of the method's config, KEY=VALUE (repeatable; e.g. lookahead=12, goal)"),
     bf16=Use(help="a bfloat16 copy of the actor (faster, for CPUs with bf16 units)"),
     seed=Use(0, "which --num-demos episodes are drawn, and the descent's batches"),
     device=None,
@@ -112,7 +113,7 @@ def infer(args: argparse.Namespace) -> None:
     given = {"steps": args.steps, "eps": args.eps, "bf16": args.bf16 or None}
     print(imitate_to_file(
         args.method, demos, args.checkpoint, args.seed, args.out, args.settings, args.preset,
-        {k: v for k, v in given.items() if v is not None},
+        checks.overrides(given, args.set),
         {"demos": str(args.demos), "num_demos": args.num_demos}, args.device,
     ))  # fmt: skip
 
