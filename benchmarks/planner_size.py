@@ -6,13 +6,15 @@ The larger planner doubles the preset's samples and takes its horizon 1.5x longe
 (about 3x the simulated steps per control step). Both plan episodes 0..N-1 of the same
 stream (seed 0: the demonstrations' initial states); the preset's returns are read from
 the demonstrations files `runs/demos/mpc/DOMAIN_TASK.npz`, so only the larger planner
-runs. Episodes are kept in `runs/planner_size/` as they end (a rerun resumes); the table
-goes to docs/results/external/planner_size.csv.
+runs. Episodes are kept in `runs/planner_size/` as they end (a rerun resumes); the rows
+go to docs/results/external/planner_size.csv, replacing those of the same task and
+episode count and keeping the rest.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import time
 from pathlib import Path
 
@@ -38,6 +40,9 @@ def main() -> None:
     p.add_argument("--episodes", type=int, default=2)
     args = p.parse_args()
     rows = []
+    if TABLE.exists():
+        with open(TABLE) as f:
+            rows = list(csv.DictReader(f))
     for item in args.tasks:
         domain, task = item.split(":")
         demos_file = DEMOS / f"{domain}_{task}.npz"
@@ -54,6 +59,8 @@ def main() -> None:
         demos = load_demos(demos_file)
         own = np.asarray(demos.returns[: args.episodes], np.float64)
         big = np.array([e.total for e in eps])
+        key = (domain, task, str(args.episodes))
+        rows = [r for r in rows if (r["domain"], r["task"], r["episodes"]) != key]
         rows.append(dict(zip(COLUMNS, (
             domain, task, args.episodes, f"{preset.samples}x{preset.horizon}",
             f"{own.mean():.1f}", f"{larger.samples}x{larger.horizon}", f"{big.mean():.1f}",
