@@ -23,6 +23,7 @@ per-step rewards averages the noise away and the cheetah stands still.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -134,7 +135,11 @@ def planning_model(
         name = f"rbfm_feature_{i}"
         mj.add_sensor(name=name, type=kind, objtype=objtype, objname=objname)
         names.append((name, component))
-    model = mj.compile()
+    with warnings.catch_warnings():
+        # dm_control's cheetah.xml sets `<compiler settotalmass>`, which MjSpec's compiler
+        # warns is deprecated; compiled as dm_control compiles it, the masses are the suite's.
+        warnings.filterwarnings("ignore", "compiler attribute 'settotalmass'", UserWarning)
+        model = mj.compile()
     apply_dynamics(model, mujoco.MjData(model), domain, check_dynamics(domain, dynamics or {}))
     index = np.array([model.sensor_adr[model.sensor(n).id] + c for n, c in names], np.int64)
     return model, index
