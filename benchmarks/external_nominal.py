@@ -10,7 +10,8 @@ initial states (the same for every method: paired) at nominal physics and at the
 strongest levels of each of the domain's three families (`--strongest`). Task vectors are kept in
 `runs/external_nominal/z/` and rows go to `runs/external_nominal/rows.csv` as each
 (task, method, seed) ends, so a rerun resumes; the tables are printed and written to
-docs/results/external/tables.md.
+docs/results/external/tables.md, and with `--table-only` each domain's figure of the
+shares (`--figure-methods`) to docs/results/external/nominal-DOMAIN.png.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from rbfm.fb.checkpoint import load_checkpoint
 from rbfm.inference import infer, load_demos
 from rbfm.inference.adapt import AdaptConfig, adapt
 from rbfm.inference.goal import GoalConfig, GoalPolicy, infer_sequences
+from rbfm.methods import get_method
+from rbfm.reporting.figures import save_figure
 
 DEMOS = Path("runs/demos/mpc")
 ROWS = Path("runs/external_nominal/rows.csv")
@@ -231,6 +234,47 @@ def table(methods: list[str]) -> str:
     return "\n".join(lines)
 
 
+def figure(domain: str, methods: list[str]) -> Path | None:
+    """The domain's shares per task and method: a bar at the mean over seeds, a dot per
+    seed (5 seeds: the dots say more than an interval would), the demonstrator at 100%."""
+    from matplotlib.figure import Figure
+
+    shares: dict[tuple[str, str], list[float]] = {}
+    with open(ROWS) as f:
+        for r in csv.DictReader(f):
+            if r["domain"] == domain and r["family"] == "none" and r["method"] in methods:
+                share = 100 * float(r["mean"]) / float(r["demonstrator"])
+                shares.setdefault((r["task"], r["method"]), []).append(share)
+    tasks = [t for d, t in (i.split(":") for i in TASKS) if d == domain]
+    tasks = [t for t in tasks if any((t, m) in shares for m in methods)]
+    if not tasks:
+        return None
+    fig = Figure(figsize=(1.2 + 1.5 * len(tasks), 3.8), dpi=110, layout="constrained")
+    ax = fig.subplots()
+    width = 0.8 / len(methods)
+    for j, m in enumerate(methods):
+        base, _, budget = m.partition("+a")
+        info = get_method(base)
+        label: str | None = info.display + (f" + {budget} reward-free episodes" if budget else "")
+        for i, t in enumerate(tasks):
+            if (t, m) not in shares:
+                continue
+            x = i - 0.4 + width * (j + 0.5)
+            vals = np.array(shares[t, m])
+            ax.bar(x, vals.mean(), width * 0.9, color=info.colour, alpha=0.45 if budget else 0.85,
+                   hatch="//" if budget else None, edgecolor=info.colour, label=label)  # fmt: skip
+            ax.plot(np.full(len(vals), x), vals, ".", color="k", ms=3)
+            label = None  # one legend entry per method
+    ax.axhline(100, color="k", lw=0.8, ls="--", label="demonstrator (the planner)")
+    ax.set_xticks(range(len(tasks)), tasks)
+    ax.set_ylabel("share of the demonstrator's return (%)")
+    ax.set_ylim(0, 115)
+    ax.set_title(f"{domain}: imitating the planner at nominal physics (5 seeds x 20 episodes; "
+                 "bar: mean, dot: a seed)", fontsize=9)  # fmt: skip
+    fig.legend(fontsize=7, loc="outside lower center", ncols=3)  # below: no bar hidden
+    return save_figure(fig, PAGE.parent / f"nominal-{domain}.png")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--methods", nargs="+", default=["fbil", "er", "fm", "goal"])
@@ -238,6 +282,7 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--episodes", type=int, default=20)
     p.add_argument("--table-only", action="store_true")
+    p.add_argument("--figure-methods", nargs="+", default=["fbil", "er", "goal", "er+a5"])
     # Off by default: at 20 episodes a cell the six shifted cells cost 6x the nominal one.
     p.add_argument("--strongest", action="store_true", help="also each family's two strongest")
     args = p.parse_args()
@@ -249,6 +294,9 @@ def main() -> None:
         return
     shifted = shift_table([m for m in args.methods if "+a" not in m])
     print(shifted)
+    for domain in dict.fromkeys(i.split(":")[0] for i in TASKS):
+        if (path := figure(domain, args.figure_methods)) is not None:
+            print(f"wrote {path} ({path.stat().st_size // 1024} KB)")
     PAGE.parent.mkdir(parents=True, exist_ok=True)
     PAGE.write_text(
         "# Imitating a planner: the tables\n\n"
