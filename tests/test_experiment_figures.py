@@ -42,6 +42,7 @@ from rbfm.reporting.report import (
     format_seconds,
     iqm_summary,
     returns_table,
+    shares_table,
     timing_table,
 )
 from rbfm.reporting.stats import aggregate, iqm_estimates, iqm_scores
@@ -582,6 +583,29 @@ def test_the_expert_itself_is_a_dashed_line_in_its_panels_and_a_table(
     path.write_text("domain,task\nwalker,walk\n")
     with pytest.raises(ConfigError, match=r"not an experts table \(no column dataset\)"):
         read_ceilings(path)
+
+
+def test_the_shares_table_reads_each_method_against_the_expert_at_the_same_cell(
+    rows: list[ResultRow],
+) -> None:
+    """A share is the mean over seeds of a method's return over the expert's at that cell,
+    its CI the seeds' scaled alike; cells without the expert, or where its return is not
+    positive, show no share."""
+    walk = [r for r in rows if (r.dataset, r.task, r.family) == ("rnd", "walk", "body_mass")]
+    lv0, lv1, lv2 = LEVELS["body_mass"][:3]
+    ceilings = [
+        CeilingRow("walker", "rnd", "walk", "own", "body_mass", lv0, 10, 400.0, 1.0, 0, 9.0, "a"),
+        CeilingRow("walker", "rnd", "walk", "own", "body_mass", lv1, 10, 0.0, 1.0, 0, 9.0, "b"),
+    ]
+    text = shares_table(walk, ceilings)
+    fbil = [r.mean for r in walk if r.label == "fbil" and r.level == lv0]
+    mean, ci = 100 * np.mean(fbil) / 400, 100 * _ci(fbil) / 400
+    line = next(x for x in text.splitlines() if f"| body_mass | {lv0:g} | 400.0 |" in x)
+    assert line.split(" | ")[6] == f"{mean:.0f} +- {ci:.0f}"
+    line = next(x for x in text.splitlines() if f"| body_mass | {lv1:g} | 0.0 |" in x)
+    assert set(line.strip("| ").split(" | ")[6:]) == {"-"}
+    assert f"| body_mass | {lv2:g} |" not in text
+    assert shares_table(walk, []) == ""
 
 
 def test_certificates_round_trip_and_their_table_says_mean_and_ci_per_method(

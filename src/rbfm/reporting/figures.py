@@ -49,6 +49,7 @@ from rbfm.reporting.report import (
     certificates_table,
     iqm_markdown,
     returns_table,
+    shares_table,
     timing_table,
 )
 from rbfm.reporting.stats import (
@@ -728,6 +729,14 @@ def _tables_md(
         + "\n## Interquartile mean across tasks\n\n"
         + iqm_markdown(iqm)
         + ("\n## The experts themselves\n\n" + ceilings_table(ceilings) if ceilings else "")
+        + (
+            "\n## Share of the expert itself\n\n"
+            "Each method's return as a share (%) of the expert's own return at the same "
+            "cell (a planner expert: the planner inside the shifted simulator, the ceiling), "
+            "mean +- 95% CI over seeds, where the expert was evaluated.\n\n" + shares
+            if (shares := shares_table(rows, ceilings))
+            else ""
+        )
         + (
             "\n## The paper's ordering (RBFM-Heavy > RBFM-Light > FB-IL)\n\n"
             "IQM [95% stratified-bootstrap CI] per scope, over every family and level and at "

@@ -175,6 +175,31 @@ def ceilings_table(ceilings: Sequence[CeilingRow]) -> str:
     return markdown(header, body)
 
 
+def shares_table(rows: Sequence[ResultRow], ceilings: Sequence[CeilingRow]) -> str:
+    """Each label's return as a share (%) of the expert itself at the same cell (a
+    planner expert: the ceiling inside the shifted simulator), mean +- 95% CI over
+    seeds, at the cells where the expert was evaluated; "" where it was nowhere."""
+    at = {(c.domain, c.dataset, c.task, c.family, c.level): c.mean for c in ceilings}
+    aggs = [a for a in aggregate(rows) if (a.domain, a.dataset, a.task, a.family, a.level) in at]
+    labels = ordered_labels(rows)
+    cell = {(a.domain, a.dataset, a.task, a.family, a.level, a.label): a for a in aggs}
+    body = []
+    for k in unique_keys(aggs):
+        expert = at[k]
+        row = [k[0], k[1], k[2], k[3], level_text(k[4]), f"{expert:.1f}"]
+        for label in labels:
+            a = cell.get((*k, label))
+            if a is None or expert <= 0:  # a share of a non-positive return means nothing
+                row.append("-")
+            else:
+                row.append(f"{100 * a.mean / expert:.0f} +- {100 * a.ci95 / expert:.0f}")
+        body.append(row)
+    if not body:
+        return ""
+    header = ["domain", "dataset", "task", "family", "level", "expert itself"]
+    return markdown([*header, *map(display_label, labels)], body)
+
+
 # The radii the certificates table shows: RBFM-Light's and RBFM-Heavy's default, 0.8
 # (where the SoftTV ball holds every distribution on the demonstrations, so the Heavy
 # value is the Bellman-flow worst case, solved exactly), and the smallest, where both
