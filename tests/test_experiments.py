@@ -839,6 +839,7 @@ def test_a_planner_expert_plans_runs_and_resumes_from_its_kept_episodes(
     shifted simulator at nominal and the strongest level only, and a run that lost its
     cells but kept the planner's episodes replans nothing."""
     import rbfm.planning.demos as planning
+    from rbfm.cli import main
     from rbfm.planning import mpc_config
 
     data = smoke_dict(checkpoint, experts=["mpc"], seeds=[0], demos=2, num_demos=1, episodes=1)
@@ -861,6 +862,19 @@ def test_a_planner_expert_plans_runs_and_resumes_from_its_kept_episodes(
     assert ceilings["25.0"] == pytest.approx(strongest.total, rel=1e-6)
     assert ceilings["0.0"] == pytest.approx(planning.planned_episode(
         "cheetah", "walk", config, 0, seed=1).total, rel=1e-6)  # fmt: skip
+
+    # `rbfm demos --expert mpc --parts` keeps the same episodes under the same names, so a
+    # run given that folder as its planner/ finds its demonstrations planned.
+    kept, out = tmp_path / "kept", tmp_path / "mine.npz"
+    demos_cli = ["demos", "--expert", "mpc", "--domain", "cheetah", "--task", "walk"]
+    demos_cli += ["--episodes", "2", "--mpc", "samples=8", "--mpc", "horizon=4"]
+    assert main([*demos_cli, "--parts", str(kept), "--out", str(out)]) == 0
+    assert len(list(kept.iterdir())) == 2 and load_demos(out).returns.tolist() == [
+        e.total for e in planning.planned_episodes("cheetah", "walk", config, 2, kept)
+    ]
+    for part in kept.iterdir():
+        with np.load(part) as mine, np.load(tmp_path / "planner" / part.name) as runs:
+            assert all(np.array_equal(mine[k], runs[k]) for k in runs.files)
 
     def replan(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a kept planner episode was planned again")

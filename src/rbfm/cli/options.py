@@ -83,6 +83,7 @@ OPTIONS: dict[str, Opt] = {
     "nominal": Opt("regenerate a dynamics-diverse --replay file at nominal physics"),
     "num_demos": Opt("demonstration episodes drawn per seed from the file's", int),
     "out": Opt("where to write"),
+    "parts": Opt("--expert mpc: keep each episode here (an experiment's planner/ reuses them)"),
     "path": Opt("a buffer directory or any directory above it", positional=True),
     "perturbation": Opt("perturbation family (default: nominal dynamics)"),
     "preset": Opt("named sizes"),

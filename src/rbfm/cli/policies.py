@@ -53,6 +53,7 @@ def zero_shot(args: argparse.Namespace) -> None:
     dataset=None,
     action_noise=0.0,
     mpc=None,
+    parts=None,
     seed=Use(0, "initial states of the demonstrations (and their action noise)"),
     device=None,
 )
@@ -66,14 +67,17 @@ def demos(args: argparse.Namespace) -> None:
     fb_only = args.action_noise or args.dataset
     if (args.domain is None) == mpc or (args.checkpoint is None) != mpc:
         raise ConfigError("--expert fb takes --checkpoint, --expert mpc takes --domain")
-    if (fb_only and mpc) or (args.mpc and not mpc):
-        raise ConfigError("--dataset and --action-noise are --expert fb's, --mpc is mpc's")
+    if (fb_only and mpc) or ((args.mpc or args.parts) and not mpc):
+        raise ConfigError("--dataset and --action-noise are --expert fb's, --mpc, --parts mpc's")
     if mpc:
         from rbfm.planning import mpc_config
         from rbfm.planning.demos import mpc_demos
 
         config = mpc_config(args.domain, dict(checks.assignments(args.mpc or [])))
-        demos = mpc_demos(args.domain, args.task, args.episodes, Path(args.out), config, args.seed)
+        demos = mpc_demos(
+            args.domain, args.task, args.episodes, Path(args.out), config, args.seed,
+            parts=None if args.parts is None else Path(args.parts),
+        )  # fmt: skip
     else:
         from rbfm.inference.expert_demos import expert_demos
 

@@ -130,12 +130,17 @@ def mpc_demos(
     seed: int = 0,
     steps: int | None = None,
     progress: bool = True,
+    parts: Path | None = None,
 ) -> Demos:
     """Planner demonstrations at nominal physics written to `out` (.npz), resumable
-    through `<out>.parts/`, which is removed once `out` is whole."""
-    parts = out.with_name(out.name + ".parts")
+    through `<out>.parts/`, which is removed once `out` is whole, or through `parts`,
+    which is kept: an experiment's `planner/` folder, whose "mpc" expert then plans none
+    of these episodes again (the same settings, seed and index name the same file)."""
+    kept = parts is not None
+    parts = parts if parts is not None else out.with_name(out.name + ".parts")
     eps = planned_episodes(domain, task, config, episodes, parts, seed, None, steps, progress)
     demos = episodes_demos(domain, task, eps, config, seed)
     save_demos(out, demos)
-    shutil.rmtree(parts)
+    if not kept:
+        shutil.rmtree(parts)
     return demos
