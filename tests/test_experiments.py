@@ -907,27 +907,40 @@ def test_the_runner_carries_the_goal_reduction_as_a_z_per_step(
     checkpoint: str, tmp_path: Path
 ) -> None:
     """A `goal` inference is stored as its sequences file and evaluated by tracking them:
-    its rows equal the goal policy rolled out on the same initial states."""
+    its rows equal the goal policy rolled out on the same initial states. In a bf16 spec
+    (the grid's) only the descending methods get the actor's bfloat16 copy: ER's closed
+    form and the goals run as they would alone."""
     from rbfm import EVAL_SEED
     from rbfm.evaluation import EnvSpec, RolloutEngine
     from rbfm.fb.checkpoint import load_checkpoint
+    from rbfm.inference import infer
     from rbfm.inference.goal import GoalConfig, GoalPolicy, infer_sequences
 
-    data = smoke_dict(checkpoint, seeds=[0], episodes=3, certificate_steps=5)
+    data = smoke_dict(checkpoint, seeds=[0], episodes=3, certificate_steps=5, bf16=True)
     data["models"][0].update(tasks=["walk"], levels=1)
-    data["methods"] = [{"name": "goal"}, data["methods"][0]]
+    data["methods"] = [{"name": "goal"}, {"name": "er"}, data["methods"][0]]
     run = run_experiment(from_dict(data), tmp_path, LocalExecutor(0), progress=False)
+    assert {i.variant.method: i.bf16 for i in run.plan.infers} == {
+        "goal": False,
+        "er": False,
+        "fbil": True,
+    }
     (row,) = [r for r in read_table(run.results) if r.method == "goal"]
     (inf,) = [i for i in run.plan.infers if i.variant.method == "goal"]
     demos = load_demos(tmp_path / "demos" / f"{inf.demos.id}.npz").sample(2, 0)
     model, _ = load_checkpoint(checkpoint, device="cpu")
     goals = infer_sequences(model, demos, GoalConfig())
+    (er,) = [i for i in run.plan.infers if i.variant.method == "er"]
+    record = json.loads((tmp_path / "cells" / "infer" / f"{er.id}.json").read_text())
+    stored = json.loads((tmp_path / record["policy"]).read_text())["z"]
+    assert np.allclose(stored, infer(model, demos, "er").z.tolist(), atol=1e-6)
     with RolloutEngine(0) as engine:
         seeds = [(EVAL_SEED, k) for k in range(3)]
         direct = engine.run(EnvSpec("cheetah", "walk"), GoalPolicy(model, goals), 3, seeds=seeds)
     assert row.mean == pytest.approx(float(direct.returns.mean()), rel=1e-5)
     assert Path(tmp_path / row.policy).with_suffix(".safetensors").is_file()
-    assert len(run.plan.certs) == 1  # FB-IL's: a sequence has no one policy's loss
+    # FB-IL's and ER-FB's: a sequence has no one policy's loss.
+    assert sorted(c.infer.variant.method for c in run.plan.certs) == ["er", "fbil"]
     again = run_experiment(from_dict(data), tmp_path, LocalExecutor(0), progress=False)
     assert sum(again.computed.values()) == 0
     data["adapt"] = [{"budget": 2, "methods": ["goal"]}]

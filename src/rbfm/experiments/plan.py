@@ -32,7 +32,7 @@ from rbfm.experiments.spec import (
     pick_levels,
 )
 from rbfm.fb.checkpoint import read_meta, resolve, shipped_model, verify_weights
-from rbfm.methods import BASELINE_METHODS, ROBUST_FB_METHODS, SEQUENCE_METHODS
+from rbfm.methods import BASELINE_METHODS, ROBUST_FB_METHODS, SEQUENCE_METHODS, get_method
 from rbfm.methods import NAMES as ALL_METHODS
 from rbfm.planning import mpc_config
 
@@ -555,7 +555,10 @@ def _model_cells(
                 continue
             fams = [f for f in families if not m_entry.families or f in m_entry.families]
             for seed in spec.seeds if fams else ():
-                bf16 = spec.bf16 and variant.method not in BASELINE_METHODS
+                # The actor's bfloat16 copy, for the methods that descend through it (not
+                # the baselines, nor the closed forms and FM).
+                config = get_method(variant.method).config
+                bf16 = spec.bf16 and "bf16" in {f.name for f in dataclasses.fields(config)}
                 i_id = cell_id(
                     "infer",
                     {
