@@ -234,7 +234,7 @@ def table(methods: list[str]) -> str:
     return "\n".join(lines)
 
 
-def figure(domain: str, methods: list[str]) -> Path | None:
+def figure(domain: str, methods: list[str], seeds: int, episodes: int) -> Path | None:
     """The domain's shares per task and method: a bar at the mean over seeds, a dot per
     seed (5 seeds: the dots say more than an interval would), the demonstrator at 100%."""
     from matplotlib.figure import Figure
@@ -268,9 +268,10 @@ def figure(domain: str, methods: list[str]) -> Path | None:
     ax.axhline(100, color="k", lw=0.8, ls="--", label="demonstrator (the planner)")
     ax.set_xticks(range(len(tasks)), tasks)
     ax.set_ylabel("share of the demonstrator's return (%)")
-    ax.set_ylim(0, 115)
-    ax.set_title(f"{domain}: imitating the planner at nominal physics (5 seeds x 20 episodes; "
-                 "bar: mean, dot: a seed)", fontsize=9)  # fmt: skip
+    top = max(max(v) for v in shares.values())
+    ax.set_ylim(0, max(115.0, 1.05 * top))  # no share clipped
+    what = f"{seeds} seeds x {episodes} episodes; bar: mean, dot: a seed"
+    ax.set_title(f"{domain}: imitating the planner at nominal physics ({what})", fontsize=9)
     fig.legend(fontsize=7, loc="outside lower center", ncols=3)  # below: no bar hidden
     return save_figure(fig, PAGE.parent / f"nominal-{domain}.png")
 
@@ -295,7 +296,7 @@ def main() -> None:
     shifted = shift_table([m for m in args.methods if "+a" not in m])
     print(shifted)
     for domain in dict.fromkeys(i.split(":")[0] for i in TASKS):
-        if (path := figure(domain, args.figure_methods)) is not None:
+        if (path := figure(domain, args.figure_methods, args.seeds, args.episodes)) is not None:
             print(f"wrote {path} ({path.stat().st_size // 1024} KB)")
     PAGE.parent.mkdir(parents=True, exist_ok=True)
     PAGE.write_text(

@@ -62,7 +62,7 @@ def main() -> None:
         key = (domain, task, str(args.episodes))
         rows = [r for r in rows if (r["domain"], r["task"], r["episodes"]) != key]
         rows.append(dict(zip(COLUMNS, (
-            domain, task, args.episodes, f"{preset.samples}x{preset.horizon}",
+            domain, task, str(args.episodes), f"{preset.samples}x{preset.horizon}",
             f"{own.mean():.1f}", f"{larger.samples}x{larger.horizon}", f"{big.mean():.1f}",
             f"{took:.0f}",
         ), strict=True)))  # fmt: skip

@@ -591,20 +591,25 @@ def test_the_shares_table_reads_each_method_against_the_expert_at_the_same_cell(
     """A share is the mean over seeds of a method's return over the expert's at that cell,
     its CI the seeds' scaled alike; cells without the expert, or where its return is not
     positive, show no share."""
-    walk = [r for r in rows if (r.dataset, r.task, r.family) == ("rnd", "walk", "body_mass")]
+    walk = [r for r in rows if (r.dataset, r.task) == ("rnd", "walk")]
     lv0, lv1, lv2 = LEVELS["body_mass"][:3]
     ceilings = [
         CeilingRow("walker", "rnd", "walk", "own", "body_mass", lv0, 10, 400.0, 1.0, 0, 9.0, "a"),
         CeilingRow("walker", "rnd", "walk", "own", "body_mass", lv1, 10, 0.0, 1.0, 0, 9.0, "b"),
+        # Another expert's ceiling at the same cell is not these rows' expert.
+        CeilingRow("walker", "rnd", "walk", "mpc", "body_mass", lv0, 2, 800.0, 1.0, 0, 9.0, "c"),
+        CeilingRow("walker", "rnd", "walk", "own", "body_mass", lv2, 10, math.nan, 0, 0, 9.0, "d"),
     ]
     text = shares_table(walk, ceilings)
-    fbil = [r.mean for r in walk if r.label == "fbil" and r.level == lv0]
+    fbil = [r.mean for r in walk if (r.label, r.family, r.level) == ("fbil", "body_mass", lv0)]
     mean, ci = 100 * np.mean(fbil) / 400, 100 * _ci(fbil) / 400
     line = next(x for x in text.splitlines() if f"| body_mass | {lv0:g} | 400.0 |" in x)
     assert line.split(" | ")[6] == f"{mean:.0f} +- {ci:.0f}"
     line = next(x for x in text.splitlines() if f"| body_mass | {lv1:g} | 0.0 |" in x)
     assert set(line.strip("| ").split(" | ")[6:]) == {"-"}
-    assert f"| body_mass | {lv2:g} |" not in text
+    line = next(x for x in text.splitlines() if f"| body_mass | {lv2:g} | nan |" in x)
+    assert set(line.strip("| ").split(" | ")[6:]) == {"-"}  # no share of a NaN return
+    assert "| joint_friction |" not in text  # no ceiling there
     assert shares_table(walk, []) == ""
 
 

@@ -177,6 +177,14 @@ def test_a_goal_file_round_trips_and_evaluates_as_the_imitation(
     assert "goal: no field steps (valid: lookahead)" in capsys.readouterr().err
     assert main([*infer, "--steps", "5", "--set", "steps=6", "--out", str(out)]) == 2
     assert "--set steps: given again as --steps" in capsys.readouterr().err
+    assert main([*infer, "--set", "lookahead=3", "--set", "lookahead=4", "--out", str(out)]) == 2
+    assert "--set lookahead: given more than once" in capsys.readouterr().err
+    er = [*infer[:-2], "--method", "er", "--set", "steps=5", "--out", str(out)]
+    assert main(er) == 2
+    assert "er: no field steps (it takes none)" in capsys.readouterr().err
+    fbil = [*infer[:-2], "--method", "fbil", "--set", "bf16=yes", "--out", str(out)]
+    assert main(fbil) == 2
+    assert "FBILConfig bf16: 'yes' is not true or false" in capsys.readouterr().err
     # `--set` reaches the method's config as `imitate`'s keywords do.
     assert main([*infer, "--set", "lookahead=3", "--out", str(tmp_path / "l3.json")]) == 0
     assert json.loads((tmp_path / "l3.json").read_text())["lookahead"] == 3

@@ -10,8 +10,10 @@ from typing import Any
 
 from rbfm.errors import ConfigError
 
-# Temporaries are named `.<name>.part`: hidden, and never matching a reader's glob
-# (`*.npz`, `*.json`); a killed run's leftovers are found by `.*.part`.
+# Temporaries are named `.<name>.<pid>.part`: hidden, never matching a reader's glob
+# (`*.npz`, `*.json`), and one per process, so two processes writing the same file (a
+# shared planner folder) never rename each other's; a killed run's leftovers are found
+# by `.*.part`.
 TMP_SUFFIX = ".part"
 
 
@@ -19,7 +21,7 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     """Calls `write` on a hidden temporary path beside `path`, then renames it into place."""
     if not path.parent.is_dir():
         raise ConfigError(f"{path}: its folder {path.parent} does not exist")
-    tmp = path.with_name(f".{path.name}{TMP_SUFFIX}")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
     try:
         write(tmp)
     except BaseException:

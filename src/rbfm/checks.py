@@ -20,7 +20,8 @@ def known_fields(cls: type, given: Mapping[str, Any], owner: str) -> None:
     TypeError from its constructor names neither the method nor what it takes)."""
     valid = sorted(f.name for f in dataclasses.fields(cls))
     if unknown := sorted(set(given) - set(valid)):
-        raise ConfigError(f"{owner}: no field {', '.join(unknown)} (valid: {', '.join(valid)})")
+        takes = f"valid: {', '.join(valid)}" if valid else "it takes none"
+        raise ConfigError(f"{owner}: no field {', '.join(unknown)} ({takes})")
 
 
 def in_range(
@@ -83,6 +84,9 @@ def overrides(named: Mapping[str, Any], items: list[str]) -> dict[str, Any]:
     """Options given by name (None: not given) with `--set` KEY=VALUE pairs on top; a key
     given both ways is refused rather than one of them silently winning."""
     given = {k: v for k, v in named.items() if v is not None}
+    keys = [k for k, _ in assignments(items)]
+    if again := sorted({k for k in keys if keys.count(k) > 1}):
+        raise ConfigError(f"--set {', '.join(again)}: given more than once")
     pairs = dict(assignments(items))
     if twice := sorted(given.keys() & pairs.keys()):
         raise ConfigError(f"--set {', '.join(twice)}: given again as --{' --'.join(twice)}")

@@ -82,6 +82,8 @@ class FBILConfig:
         in_range(owner, "patience", self.patience, 1, integer=True)
         in_range(owner, "halvings", self.halvings, 0, 30, integer=True)
         in_range(owner, "check_every", self.check_every, 1, integer=True)
+        if not isinstance(self.bf16, bool):  # "yes" from a --set would switch it on silently
+            raise ConfigError(f"{owner} bf16: {self.bf16!r} is not true or false")
         if self.solver not in SOLVERS:
             raise ConfigError(f"{owner} solver: {self.solver!r} is not one of {', '.join(SOLVERS)}")
         if self.solver == "lbfgs" and (self.batch_size or self.noise_std):

@@ -179,7 +179,12 @@ def shares_table(rows: Sequence[ResultRow], ceilings: Sequence[CeilingRow]) -> s
     """Each label's return as a share (%) of the expert itself at the same cell (a
     planner expert: the ceiling inside the shifted simulator), mean +- 95% CI over
     seeds, at the cells where the expert was evaluated; "" where it was nowhere."""
-    at = {(c.domain, c.dataset, c.task, c.family, c.level): c.mean for c in ceilings}
+    experts = {r.expert for r in rows}
+    at = {
+        (c.domain, c.dataset, c.task, c.family, c.level): c.mean
+        for c in ceilings
+        if c.expert in experts
+    }
     aggs = [a for a in aggregate(rows) if (a.domain, a.dataset, a.task, a.family, a.level) in at]
     labels = ordered_labels(rows)
     cell = {(a.domain, a.dataset, a.task, a.family, a.level, a.label): a for a in aggs}
@@ -189,7 +194,7 @@ def shares_table(rows: Sequence[ResultRow], ceilings: Sequence[CeilingRow]) -> s
         row = [k[0], k[1], k[2], k[3], level_text(k[4]), f"{expert:.1f}"]
         for label in labels:
             a = cell.get((*k, label))
-            if a is None or expert <= 0:  # a share of a non-positive return means nothing
+            if a is None or not expert > 0:  # a share of a non-positive (or NaN) return
                 row.append("-")
             else:
                 row.append(f"{100 * a.mean / expert:.0f} +- {100 * a.ci95 / expert:.0f}")
