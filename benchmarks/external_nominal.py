@@ -27,7 +27,7 @@ import torch
 from rbfm import EVAL_SEED
 from rbfm.envs import families, get_perturbation
 from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy
-from rbfm.evaluation.aggregate import iqm
+from rbfm.evaluation.aggregate import iqm, stratified_iqm
 from rbfm.evaluation.rollout import Policy
 from rbfm.fb.checkpoint import load_checkpoint
 from rbfm.inference import infer, load_demos
@@ -293,8 +293,10 @@ def main() -> None:
     print(text)
     if not args.table_only:
         return
-    shifted = shift_table([m for m in args.methods if "+a" not in m])
-    print(shifted)
+    single = [m for m in args.methods if "+a" not in m]
+    shifted = shift_table(single)
+    pooled = shift_pooled([m for m in single if m in ("fbil", "er", "goal")])
+    print(shifted + "\n\n" + pooled)
     for domain in dict.fromkeys(i.split(":")[0] for i in TASKS):
         if (path := figure(domain, args.figure_methods, args.seeds, args.episodes)) is not None:
             print(f"wrote {path} ({path.stat().st_size // 1024} KB)")
@@ -312,8 +314,51 @@ def main() -> None:
         "Per task: the ceiling (the planner run inside the perturbed simulator, "
         "`benchmarks/external_ceiling.py`, 2 episodes per cell) and each method's return, "
         "both averaged over the six cells (three families, two levels); in brackets the "
-        "method's share of the ceiling.\n\n" + shifted + "\n"
+        "method's share of the ceiling.\n\n" + shifted + "\n\n"
+        "Per domain: each method's IQM of per-seed mean returns over the (task, family, "
+        "level) combinations of the tasks every method ran at these levels, with "
+        "rliable's stratified-bootstrap 95% CI, and its ratio to FB-IL's IQM (`*`: the "
+        "CIs are disjoint).\n\n" + pooled + "\n"
     )
+
+
+def shift_pooled(methods: list[str]) -> str:
+    """Per domain, each method's IQM at the strongest cells over its tasks' (task, family,
+    level) combinations (rliable's stratified bootstrap over seeds) and its ratio to
+    FB-IL's; only tasks and seeds every method has, so the methods are paired."""
+    with open(ROWS) as f:
+        rows = [r for r in csv.DictReader(f) if r["family"] != "none" and r["method"] in methods]
+    lines = [
+        "| domain (tasks) | " + " | ".join(methods) + " |",
+        "| --- | " + " | ".join("---" for _ in methods) + " |",
+    ]
+    for domain in dict.fromkeys(i.split(":")[0] for i in TASKS):
+        mine = [r for r in rows if r["domain"] == domain]
+        per: dict[tuple[str, str, str, str, int], float] = {
+            (r["method"], r["task"], r["family"], r["level"], int(r["seed"])): float(r["mean"])
+            for r in mine
+        }
+        combos = sorted({k[1:4] for k in per})
+        seeds = sorted({k[4] for k in per})
+        complete = {c for c in combos if all((m, *c, s) in per for m in methods for s in seeds)}
+        tasks = sorted({c[0] for c in combos} - {c[0] for c in set(combos) - complete})
+        if not tasks:
+            continue
+        combos = [c for c in combos if c[0] in tasks]
+        scores = {m: np.array([[per[(m, *c, s)] for c in combos] for s in seeds]) for m in methods}
+        est = stratified_iqm(scores)
+        cells = []
+        for m in methods:
+            mid, lo, hi = est[m]
+            ratio = ""
+            if "fbil" in est and m != "fbil":
+                base = est["fbil"]
+                apart = "*" if lo > base[2] or hi < base[1] else ""
+                ratio = f" ({mid / base[0]:.2f}x{apart})"
+            cells.append(f"{mid:.1f} [{lo:.1f}, {hi:.1f}]{ratio}")
+        what = f"{', '.join(tasks)}; {len(seeds)} seeds"
+        lines.append(f"| {domain} ({what}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def shift_table(methods: list[str]) -> str:
