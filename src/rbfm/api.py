@@ -24,7 +24,6 @@ import torch
 from torch import nn
 
 from rbfm import EVAL_SEED
-from rbfm.checks import known_fields
 from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError
 from rbfm.evaluation import EnvSpec, Policy, RolloutEngine, fb_policy
@@ -171,12 +170,11 @@ def imitate(
     if model is not None and not isinstance(model, Model):
         model = load_model(model)
     if get_method(method).kind == "goals":  # a z per step, not one task vector
-        from rbfm.inference.goal import GoalConfig, infer_sequences
+        from rbfm.inference.goal import goal_config, infer_sequences
 
         if model is None or model.domain != demos.domain:
             raise ConfigError(f"imitate: goal needs a {demos.domain} model (model=)")
-        known_fields(GoalConfig, overrides, method)
-        cfg = GoalConfig(**overrides)
+        cfg = goal_config(overrides)
         goals = infer_sequences(model.fb, demos, cfg)
         record = {"seed": seed, "lookahead": cfg.lookahead}
         return Imitation(method, demos.domain, demos.task, None, model, None, goals.seconds,

@@ -84,10 +84,11 @@ def overrides(named: Mapping[str, Any], items: list[str]) -> dict[str, Any]:
     """Options given by name (None: not given) with `--set` KEY=VALUE pairs on top; a key
     given both ways is refused rather than one of them silently winning."""
     given = {k: v for k, v in named.items() if v is not None}
-    keys = [k for k, _ in assignments(items)]
+    listed = assignments(items)
+    keys = [k for k, _ in listed]
     if again := sorted({k for k in keys if keys.count(k) > 1}):
         raise ConfigError(f"--set {', '.join(again)}: given more than once")
-    pairs = dict(assignments(items))
+    pairs = dict(listed)
     if twice := sorted(given.keys() & pairs.keys()):
         raise ConfigError(f"--set {', '.join(twice)}: given again as --{' --'.join(twice)}")
     return given | pairs

@@ -36,9 +36,9 @@ from rbfm.inference import InferenceResult, infer, method_config
 from rbfm.inference.adapt import CRITERION_LABELS, AdaptConfig, AdaptResult, adapt
 from rbfm.inference.goal import FORMAT as GOALS_FORMAT
 from rbfm.inference.goal import (
-    GoalConfig,
     GoalPolicy,
     GoalSequences,
+    goal_config,
     infer_sequences,
     read_goals,
     write_goals,
@@ -327,8 +327,7 @@ def goals_to_file(
 ) -> str:
     """The goal-based reduction's sequences written beside `out` (`.json` and
     `.safetensors`); a line saying what was written."""
-    checks.known_fields(GoalConfig, overrides, "goal")  # it fits nothing: no steps, eps or bf16
-    config = GoalConfig(**overrides)
+    config = goal_config(overrides)  # it fits nothing: no steps, eps or bf16
     if checkpoint is None:
         raise ConfigError("--checkpoint is needed for goal")
     model, meta = load_checkpoint(checkpoint, domain=demos.domain, device=device)

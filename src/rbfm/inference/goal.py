@@ -27,7 +27,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from rbfm.atomic import atomic_write
-from rbfm.checks import in_range
+from rbfm.checks import in_range, known_fields
 from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError, DatasetError
 from rbfm.fb.model import FBModel
@@ -40,6 +40,12 @@ class GoalConfig:
 
     def __post_init__(self) -> None:
         in_range("GoalConfig", "lookahead", self.lookahead, 1, 1000, integer=True)
+
+
+def goal_config(overrides: dict[str, Any]) -> GoalConfig:
+    """GoalConfig with `overrides`, an unknown field refused by name."""
+    known_fields(GoalConfig, overrides, "goal")
+    return GoalConfig(**overrides)
 
 
 @dataclass(frozen=True)
