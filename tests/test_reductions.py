@@ -185,6 +185,10 @@ def test_a_goal_file_round_trips_and_evaluates_as_the_imitation(
     fbil = [*infer[:-2], "--method", "fbil", "--set", "bf16=yes", "--out", str(out)]
     assert main(fbil) == 2
     assert "FBILConfig bf16: 'yes' is not true or false" in capsys.readouterr().err
+    # An FB method's unknown field is refused before its checkpoint is read.
+    missing = [*fbil[:2], str(tmp_path / "none.pt"), *fbil[3:-4], "--set", "stepz=5", *fbil[-2:]]
+    assert main(missing) == 2
+    assert "fbil: no field stepz (valid: atol," in capsys.readouterr().err
     # `--set` reaches the method's config as `imitate`'s keywords do.
     assert main([*infer, "--set", "lookahead=3", "--out", str(tmp_path / "l3.json")]) == 0
     assert json.loads((tmp_path / "l3.json").read_text())["lookahead"] == 3

@@ -128,6 +128,13 @@ def load_any(
     return str(info.get("method", Path(path).stem)), z, None, info
 
 
+def _fb_config(method: str, settings: str, overrides: dict[str, Any]) -> None:
+    """An FB method's settings with `overrides`, or a one-line refusal naming the field."""
+    if "eps" in overrides and not get_method(method).robust:
+        raise ConfigError(f"eps applies to the robust methods only, not {method}")
+    method_config(method, settings, **overrides)
+
+
 def infer_to_file(
     model: FBModel,
     model_meta: dict[str, Any],
@@ -145,9 +152,7 @@ def infer_to_file(
     the model's weights hash (so it is never scored with another model), the settings,
     and the method's full-set objective, steps and convergence."""
     overrides = dict(overrides or {})
-    if "eps" in overrides and not get_method(method).robust:
-        raise ConfigError(f"eps applies to the robust methods only, not {method}")
-    method_config(method, settings, **overrides)  # refused before any work
+    _fb_config(method, settings, overrides)  # refused before any work
     result = infer(model, demos, method, seed, progress, settings, **overrides)
     meta = {
         "method": method,
@@ -304,6 +309,7 @@ def imitate_to_file(
         )
     if checkpoint is None:
         raise ConfigError(f"--checkpoint is needed for {method}")
+    _fb_config(method, settings, overrides)  # refused before the model loads
     model, meta = load_checkpoint(checkpoint, domain=demos.domain, device=device)
     fit = infer_to_file(
         model, meta, checkpoint, demos, method, seed, out, settings, overrides, described, True
