@@ -568,7 +568,12 @@ def test_the_expert_itself_is_a_dashed_line_in_its_panels_and_a_table(
     # Only the own expert's: the table's rows are own (the noisy row is not drawn).
     np.testing.assert_allclose(_xy(line.get_ydata()), [500.0 - k for k in range(len(levels))])
     assert line.get_linestyle() == "--"
-    assert "Dashed: the demonstrating expert itself" in fig.legends[0].get_title().get_text()
+    assert line.get_marker() == "x"  # a cross at each level it was measured at
+    caption = fig.legends[0].get_title().get_text()
+    assert "a cross where measured: the demonstrating expert itself (with its action" in caption
+    # A planner's ceiling is said to be one, with its episodes (fewer than the imitators').
+    planned = [dataclasses.replace(c, expert="mpc", episodes=2) for c in ceilings[:3]]
+    assert figures._ceiling_caption(planned).endswith("inside each shifted simulator (2 episodes).")
     path = tmp_path / "experts.csv"
     header = ",".join(CEILING_COLUMNS)
     path.write_text(header + "\nwalker,rnd,walk,own,body_mass,0.0,10,500,3,0,510,x\n")

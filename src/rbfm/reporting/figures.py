@@ -329,19 +329,30 @@ def save_figure(fig: Figure, out: str | os.PathLike[str]) -> Path:
 
 
 EXPERT_NAME = "expert itself"
-CEILING_CAPTION = (
-    " Dashed: the demonstrating expert itself (with its action noise, if any), mean over the "
-    "same evaluation episodes."
-)
 
 
-def _draw_ceiling(ax: Axes, ceilings: Sequence[CeilingRow]) -> None:
-    """The expert's own return per level: a black dashed line (no band: one run of the
-    evaluation episodes, not a mean over inference seeds)."""
-    points = sorted((c.level, c.mean) for c in ceilings if c.level is not None)
-    if len(points) > 1:
-        x, y = zip(*points, strict=True)
-        ax.plot(x, y, color="black", ls="--", lw=1.0, label=EXPERT_NAME)
+def _ceiling_caption(ceilings: Sequence[CeilingRow]) -> str:
+    """What the dashed line is: an FB expert evaluated on the imitators' episodes, or a
+    planner run inside each shifted simulator on a few episodes (the `mpc` ceiling)."""
+    if not ceilings:
+        return ""
+    text = " Dashed, a cross where measured: the demonstrating expert itself"
+    planned = sorted({c.episodes for c in ceilings if c.expert == "mpc"})
+    if planned:
+        counts = "/".join(str(n) for n in planned)
+        return text + f", the planner run inside each shifted simulator ({counts} episodes)."
+    return text + " (with its action noise, if any), mean over the same evaluation episodes."
+
+
+def _draw_ceiling(ax: Axes, ceilings: Sequence[CeilingRow]) -> list[CeilingRow]:
+    """The expert's own return per level: a black dashed line with a cross at each level
+    it was measured at (a planner's ceiling skips the middle levels), no band (one run of
+    its episodes, not a mean over inference seeds); returns the rows drawn."""
+    drawn = [c for c in ceilings if c.level is not None]
+    if drawn:
+        x, y = zip(*sorted((c.level, c.mean) for c in drawn), strict=True)
+        ax.plot(x, y, color="black", ls="--", lw=1.0, marker="x", ms=4, label=EXPERT_NAME)
+    return drawn
 
 
 def grid_figure(
@@ -359,6 +370,7 @@ def grid_figure(
     fams = ordered_families(mine, domain)
     aggs = aggregate(mine)
     fig, axes = _new_figure(len(tasks), len(fams))
+    drawn: list[CeilingRow] = []
     for i, task in enumerate(tasks):
         for j, family in enumerate(fams):
             ax = axes[i, j]
@@ -370,13 +382,12 @@ def grid_figure(
                 if (c.domain, c.dataset, c.task, c.family) == (domain, dataset, task, family)
                 and c.expert in experts
             ]
-            _draw_ceiling(ax, here)
+            drawn += _draw_ceiling(ax, here)
             ax.set_title(f"{task} / {family_text(family)}", fontsize=9)
             if j == 0:
                 ax.set_ylabel(f"{task}\nreturn", fontsize=8)
     _suptitle(fig, f"{domain} ({dataset}{_expert_note(mine)}): return under each perturbation")
-    drawn = any(EXPERT_NAME in ax.get_legend_handles_labels()[1] for ax in axes.flat)
-    _shared_legend(fig, axes.flat, caption=BAND_CAPTION + (CEILING_CAPTION if drawn else ""))
+    _shared_legend(fig, axes.flat, caption=BAND_CAPTION + _ceiling_caption(drawn))
     return fig
 
 
@@ -398,10 +409,11 @@ def _panel_row(
     aggs = aggregate(mine)
     experts = {r.expert for r in mine}
     fig, axes = _new_figure(1, len(values))
+    drawn: list[CeilingRow] = []
     for ax, value in zip(axes[0], values, strict=True):
         _draw_panel(ax, [a for a in aggs if getattr(a, by) == value], styles, domain, family)
         keys = {(r.domain, r.dataset, r.task, r.family) for r in mine if getattr(r, by) == value}
-        _draw_ceiling(
+        drawn += _draw_ceiling(
             ax,
             [
                 c
@@ -415,8 +427,7 @@ def _panel_row(
             ax.sharey(axes[0, 0])
     axes[0, 0].set_ylabel("return", fontsize=8)
     _suptitle(fig, title)
-    drawn = any(EXPERT_NAME in ax.get_legend_handles_labels()[1] for ax in axes.flat)
-    _shared_legend(fig, axes.flat, caption=BAND_CAPTION + (CEILING_CAPTION if drawn else ""))
+    _shared_legend(fig, axes.flat, caption=BAND_CAPTION + _ceiling_caption(drawn))
     return fig
 
 
