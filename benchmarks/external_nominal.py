@@ -77,8 +77,9 @@ def _z(model, demos, method: str, seed: int, key: str) -> tuple[torch.Tensor, fl
 def _policy(model, demos, method: str, seed: int, domain: str, task: str) -> tuple[Policy, float]:  # type: ignore[no-untyped-def]
     """`goal`, a single-z method, or METHOD+aK: its z adapted with K reward-free episodes
     at nominal physics (the adapt stage's settings: line search, B-distance criterion)."""
-    if method == "goal":
-        goals = infer_sequences(model, demos, GoalConfig())
+    if method in ("goal", "goal-state"):  # goal-state: GoalConfig's state index
+        index = "state" if method == "goal-state" else "time"
+        goals = infer_sequences(model, demos, GoalConfig(index=index))
         return GoalPolicy(model, goals), goals.seconds
     base, _, budget = method.partition("+a")
     z, seconds = _z(model, demos, base, seed, f"{domain}_{task}_{base}_{seed}")
@@ -254,15 +255,17 @@ def figure(domain: str, methods: list[str], seeds: int, episodes: int) -> Path |
     width = 0.8 / len(methods)
     for j, m in enumerate(methods):
         base, _, budget = m.partition("+a")
-        info = get_method(base)
-        label: str | None = info.display + (f" + {budget} reward-free episodes" if budget else "")
+        info = get_method(base.removesuffix("-state"))
+        colour = "C8" if base == "goal-state" else info.colour
+        label: str | None = info.display + (" by state" if base == "goal-state" else "")
+        label = f"{label} + {budget} reward-free episodes" if budget else label
         for i, t in enumerate(tasks):
             if (t, m) not in shares:
                 continue
             x = i - 0.4 + width * (j + 0.5)
             vals = np.array(shares[t, m])
-            ax.bar(x, vals.mean(), width * 0.9, color=info.colour, alpha=0.45 if budget else 0.85,
-                   hatch="//" if budget else None, edgecolor=info.colour, label=label)  # fmt: skip
+            ax.bar(x, vals.mean(), width * 0.9, color=colour, alpha=0.45 if budget else 0.85,
+                   hatch="//" if budget else None, edgecolor=colour, label=label)  # fmt: skip
             ax.plot(np.full(len(vals), x), vals, ".", color="k", ms=3)
             label = None  # one legend entry per method
     ax.axhline(100, color="k", lw=0.8, ls="--", label="demonstrator (the planner)")
@@ -295,7 +298,7 @@ def main() -> None:
         return
     single = [m for m in args.methods if "+a" not in m]
     shifted = shift_table(single)
-    pooled = shift_pooled([m for m in single if m in ("fbil", "er", "goal")])
+    pooled = shift_pooled([m for m in single if m in ("fbil", "er", "goal", "goal-state")])
     print(shifted + "\n\n" + pooled)
     for domain in dict.fromkeys(i.split(":")[0] for i in TASKS):
         if (path := figure(domain, args.figure_methods, args.seeds, args.episodes)) is not None:

@@ -943,6 +943,12 @@ def test_the_runner_carries_the_goal_reduction_as_a_z_per_step(
     assert sorted(c.infer.variant.method for c in run.plan.certs) == ["er", "fbil"]
     again = run_experiment(from_dict(data), tmp_path, LocalExecutor(0), progress=False)
     assert sum(again.computed.values()) == 0
+    # The time index (the default) is not in the cell's config, so cells made before the
+    # state index existed keep their ids; the state index is a cell of its own.
+    assert "index" not in inf.variant.config
+    by_state = {**data, "methods": [{"name": "goal", "overrides": {"index": "state"}}]}
+    (state,) = plan(from_dict(by_state)).infers
+    assert state.variant.config["index"] == "state" and state.id != inf.id
     data["adapt"] = [{"budget": 2, "methods": ["goal"]}]
     with pytest.raises(ConfigError, match="'goal' is not an FB method with one task vector"):
         plan(from_dict(data))

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from rbfm.data.demos import Demos
-from rbfm.errors import DatasetError
+from rbfm.errors import ConfigError, DatasetError
 from rbfm.evaluation import EnvSpec, RolloutEngine
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
@@ -25,7 +25,14 @@ from rbfm.inference.fm import (
     horizon,
 )
 from rbfm.inference.fm import infer as fm_infer
-from rbfm.inference.goal import GoalConfig, GoalPolicy, infer_sequences, lookahead_goals
+from rbfm.inference.goal import (
+    GoalConfig,
+    GoalPolicy,
+    infer_sequences,
+    lookahead_goals,
+    read_goals,
+    write_goals,
+)
 from rbfm.robust import light_objective
 
 
@@ -127,6 +134,33 @@ def test_goal_policy_tracks_its_demonstration_by_time(model: FBModel, demos: Dem
     assert np.isfinite(run.returns).all()
 
 
+def test_goal_policy_by_state_tracks_the_step_after_the_nearest_demonstrated_state(
+    model: FBModel, demos: Demos, tmp_path: Path
+) -> None:
+    goals = infer_sequences(model, demos, GoalConfig(lookahead=8, index="state"))
+    assert [len(k) for k in goals.keys] == list(demos.lengths)
+    policy = GoalPolicy(model, goals)
+    policy.begin(3)
+    # Three episodes at demonstrated states of two demonstrations, at their first step:
+    # each tracks the z after its own state, not the z of its time index.
+    second = demos.observation[demos.lengths[0] + 1 :]
+    obs = np.stack([demos.observation[5], demos.observation[40], second[17]])
+    action = policy(obs, np.arange(3))
+    z = torch.stack([goals.z[0][5], goals.z[0][40], goals.z[1][17]])
+    np.testing.assert_allclose(action, model.act(torch.as_tensor(obs), z).numpy(), atol=1e-6)
+    # The time index at the same states tracks each one's first goal instead.
+    by_time = GoalPolicy(model, infer_sequences(model, demos, GoalConfig(lookahead=8)))
+    by_time.begin(3)
+    assert not np.allclose(by_time(obs, np.arange(3)), action, atol=1e-4)
+    # Its file keeps the index and the keys.
+    path = write_goals(tmp_path / "g", goals, {"method": "goal"})
+    loaded = read_goals(path, json.loads(path.read_text()))
+    assert loaded.index == "state"
+    assert all(torch.equal(a, b) for a, b in zip(loaded.keys, goals.keys, strict=True))
+    with pytest.raises(ConfigError, match=r"GoalConfig index: 'phase' \(valid: time, state\)"):
+        GoalConfig(index="phase")
+
+
 def test_imitate_runs_the_goal_reduction_as_a_sequence(model: FBModel, demos: Demos) -> None:
     import rbfm
     from rbfm.api import Model
@@ -174,7 +208,7 @@ def test_a_goal_file_round_trips_and_evaluates_as_the_imitation(
     assert f"{direct.mean():.1f}" in capsys.readouterr().out
     infer += ["--num-demos", "2", "--method", "goal"]
     assert main([*infer, "--steps", "5", "--out", str(out)]) == 2
-    assert "goal: no field steps (valid: lookahead)" in capsys.readouterr().err
+    assert "goal: no field steps (valid: index, lookahead)" in capsys.readouterr().err
     assert main([*infer, "--steps", "5", "--set", "steps=6", "--out", str(out)]) == 2
     assert "--set steps: given again as --steps" in capsys.readouterr().err
     assert main([*infer, "--set", "lookahead=3", "--set", "lookahead=4", "--out", str(out)]) == 2

@@ -332,7 +332,10 @@ def _variants(entry: MethodEntry, domain: str, where: str) -> list[Variant]:
                 )
             elif entry.name in SEQUENCE_METHODS:  # nothing fitted: no named settings
                 known_fields(GoalConfig, overrides, entry.name)
-                cfg = dataclasses.asdict(GoalConfig(**overrides))
+                # The time index (the default) stays out of the config: cells made before
+                # the state index existed keep their ids.
+                full = dataclasses.asdict(GoalConfig(**overrides))
+                cfg = {k: v for k, v in full.items() if (k, v) != ("index", "time")}
             else:
                 cfg = dataclasses.asdict(method_config(entry.name, entry.settings, **overrides))
         except ConfigError as e:

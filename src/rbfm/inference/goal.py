@@ -4,9 +4,14 @@ inference): each demonstrated step becomes a goal, and the policy tracks the seq
     z_t = sqrt(d) normalise( (1/L) sum_{k=1..L} B(s_{t+k}) )
 
 over the demonstration's next L states (fewer near its end). The task is a sequence of
-task vectors, not one: an episode follows the demonstration whose first state is
-nearest its own in B's space, by time index (t past the demonstration's end keeps its
-last z). Nothing is fitted, so it costs one pass of B over the states.
+task vectors, not one, and `index` says which one a step tracks:
+- "time" (default; metamotivo's tracking): an episode follows the demonstration whose
+  first state is nearest its own in B's space, by time index (t past the
+  demonstration's end keeps its last z);
+- "state": every step tracks the z_t of the demonstrated state s_t nearest the current
+  one in B's space, over all demonstrations, so an episode that falls behind the
+  demonstration, or starts elsewhere, tracks what followed where it is.
+Nothing is fitted, so it costs one pass of B over the states.
 
 Its file is a `.json` description (format "rbfm-goals", method, domain, task, the model's
 weights hash) beside a `.safetensors` of the sequences and the start embeddings: four
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,13 +38,22 @@ from rbfm.errors import ConfigError, DatasetError
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
 
+INDEXES = ("time", "state")  # which z_t a step tracks (the module's docstring)
+
 
 @dataclass(frozen=True)
 class GoalConfig:
     lookahead: int = 8  # L: the demonstration states averaged into each step's goal
+    index: str = "time"
 
     def __post_init__(self) -> None:
         in_range("GoalConfig", "lookahead", self.lookahead, 1, 1000, integer=True)
+        _check_index("GoalConfig index", self.index)
+
+
+def _check_index(where: str, index: object) -> None:
+    if index not in INDEXES:
+        raise ConfigError(f"{where}: {index!r} (valid: {', '.join(INDEXES)})")
 
 
 def goal_config(overrides: dict[str, Any]) -> GoalConfig:
@@ -50,11 +64,14 @@ def goal_config(overrides: dict[str, Any]) -> GoalConfig:
 
 @dataclass(frozen=True)
 class GoalSequences:
-    """Per demonstration: its z sequence (T, d) and its first state's embedding B(s_0)."""
+    """Per demonstration: its z sequence (T, d) and its first state's embedding B(s_0);
+    with the "state" index also its states' embeddings B(s_0..s_{T-1}), z_t's keys."""
 
     z: list[torch.Tensor]
     starts: torch.Tensor  # (E, d)
     seconds: float
+    index: str = "time"
+    keys: list[torch.Tensor] = field(default_factory=list)  # "state": (T, d) each
 
 
 def lookahead_goals(embeddings: torch.Tensor, lookahead: int, radius: float) -> torch.Tensor:
@@ -76,24 +93,31 @@ def infer_sequences(model: FBModel, demos: Demos, cfg: GoalConfig) -> GoalSequen
     """The goal sequence of every demonstration."""
     started = time.perf_counter()
     device = next(model.parameters()).device
-    seqs, starts = [], []
+    seqs, starts, keys = [], [], []
     with torch.no_grad():
         for episode in demos.observations():
             b = model.backward_map(torch.as_tensor(episode, device=device))
             seqs.append(lookahead_goals(b[1:], cfg.lookahead, model.radius))
             starts.append(b[0])
-    if not all(torch.isfinite(z).all() for z in seqs):
+            if cfg.index == "state":
+                keys.append(b[:-1])
+    if not all(torch.isfinite(z).all() for z in [*seqs, *keys]):
         raise FloatingPointError("goal: a task vector is not finite; nothing written")
-    return GoalSequences(seqs, torch.stack(starts), time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    return GoalSequences(seqs, torch.stack(starts), seconds, cfg.index, keys)
 
 
 class GoalPolicy:
-    """pi_{z_t}(s) for the rollout engine: each episode picks its demonstration at its
-    first step (nearest start in B's space) and advances one goal per executed step."""
+    """pi_{z_t}(s) for the rollout engine. Time index: each episode picks its
+    demonstration at its first step (nearest start in B's space) and advances one goal
+    per executed step. State index: each step the z_t of the nearest demonstrated state."""
 
     def __init__(self, model: FBModel, goals: GoalSequences) -> None:
         self.model, self.goals = model, goals
         self.device = next(model.parameters()).device
+        if goals.index == "state":  # every demonstration's steps as one table
+            self.keys = torch.cat(goals.keys).to(self.device)
+            self.flat = torch.cat(goals.z).to(self.device)
         self.padded = _pad(goals.z).to(self.device)  # (E, T_max, d)
         self.last = torch.as_tensor([len(z) - 1 for z in goals.z], device=self.device)
         self.t = np.zeros(0, np.int64)
@@ -107,6 +131,10 @@ class GoalPolicy:
         if len(self.t) <= int(episodes.max()):
             raise RuntimeError("GoalPolicy: begin(n) must be called before the episodes")
         x = torch.as_tensor(obs, device=self.device)
+        if self.goals.index == "state":
+            with torch.no_grad():
+                nearest = torch.cdist(self.model.backward_map(x), self.keys).argmin(1)
+            return self.model.act(x, self.flat[nearest]).cpu().numpy()
         new = self.demo[episodes] < 0
         if new.any():
             with torch.no_grad():
@@ -136,7 +164,8 @@ def write_goals(stem: Path, goals: GoalSequences, meta: dict[str, Any]) -> Path:
     that reads is whole); returns the `.json` path."""
     tensors = {f"z.{i}": z.detach().cpu().contiguous() for i, z in enumerate(goals.z)}
     tensors["starts"] = goals.starts.detach().cpu().contiguous()
-    info = {"format": FORMAT, **meta, "demonstrations": len(goals.z)}
+    tensors |= {f"key.{i}": k.detach().cpu().contiguous() for i, k in enumerate(goals.keys)}
+    info = {"format": FORMAT, **meta, "demonstrations": len(goals.z), "index": goals.index}
     info["lengths"] = [len(z) for z in goals.z]
     atomic_write(stem.with_suffix(".safetensors"), lambda tmp: save_file(tensors, str(tmp)))
     text = json.dumps(info, indent=2)
@@ -152,6 +181,9 @@ def read_goals(path: Path, info: dict[str, Any]) -> GoalSequences:
         count = int(info["demonstrations"])
         seqs = [tensors[f"z.{i}"] for i in range(count)]
         starts = tensors["starts"]
+        index = info.get("index", "time")  # files written before the state index
+        _check_index(f"{path} index", index)
+        keys = [tensors[f"key.{i}"] for i in range(count)] if index == "state" else []
     except (OSError, SafetensorError, KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"{weights}: not the goal sequences of {path} ({e})") from e
     dims = {z.shape[-1] for z in seqs} | {starts.shape[-1]}
@@ -159,8 +191,9 @@ def read_goals(path: Path, info: dict[str, Any]) -> GoalSequences:
         len(dims) != 1
         or any(z.ndim != 2 or len(z) == 0 for z in seqs)
         or starts.shape != (count, dims.pop())
+        or any(k.shape != z.shape for k, z in zip(keys, seqs, strict=False))
     ):
         raise ConfigError(f"{weights}: goal sequences of inconsistent shapes")
-    if not all(torch.isfinite(z).all() for z in [*seqs, starts]):
+    if not all(torch.isfinite(z).all() for z in [*seqs, starts, *keys]):
         raise ConfigError(f"{weights}: a goal task vector is not finite")
-    return GoalSequences(seqs, starts, 0.0)
+    return GoalSequences(seqs, starts, 0.0, index, keys)
