@@ -299,7 +299,8 @@ def main() -> None:
     single = [m for m in args.methods if "+a" not in m]
     shifted = shift_table(single)
     pooled = shift_pooled([m for m in single if m in ("fbil", "er", "goal")])
-    print(shifted + "\n\n" + pooled)
+    as_shares = shift_pooled([m for m in single if m in ("fbil", "er", "goal")], shares=True)
+    print(shifted + "\n\n" + pooled + "\n\n" + as_shares)
     for domain in dict.fromkeys(i.split(":")[0] for i in TASKS):
         if (path := figure(domain, args.figure_methods, args.seeds, args.episodes)) is not None:
             print(f"wrote {path} ({path.stat().st_size // 1024} KB)")
@@ -321,14 +322,20 @@ def main() -> None:
         "Per domain: each method's IQM of per-seed mean returns over the (task, family, "
         "level) combinations of the tasks every method ran at these levels, with "
         "rliable's stratified-bootstrap 95% CI, and its ratio to FB-IL's IQM (`*`: the "
-        "CIs are disjoint).\n\n" + pooled + "\n"
+        "CIs are disjoint).\n\n" + pooled + "\n\n"
+        "The same, each return as a share (%) of the demonstrator's nominal return on the "
+        "seed's demonstrations: raw returns pool each task at its own scale, so the IQM's "
+        "trimmed quarters can be whole tasks.\n\n" + as_shares + "\n"
     )
 
 
-def shift_pooled(methods: list[str]) -> str:
+def shift_pooled(methods: list[str], shares: bool = False) -> str:
     """Per domain, each method's IQM at the strongest cells over its tasks' (task, family,
     level) combinations (rliable's stratified bootstrap over seeds) and its ratio to
-    FB-IL's; only tasks and seeds every method has, so the methods are paired."""
+    FB-IL's; only tasks and seeds every method has, so the methods are paired. With
+    `shares`, each return as a share (%) of the demonstrator's nominal return on the same
+    seed's demonstrations, so tasks of different scales pool as at nominal (raw returns
+    pool a task's cells at its own scale: the IQM's trimmed quarters are whole tasks)."""
     with open(ROWS) as f:
         rows = [r for r in csv.DictReader(f) if r["family"] != "none" and r["method"] in methods]
     lines = [
@@ -337,8 +344,11 @@ def shift_pooled(methods: list[str]) -> str:
     ]
     for domain in dict.fromkeys(i.split(":")[0] for i in TASKS):
         mine = [r for r in rows if r["domain"] == domain]
+        scale = {r["task"] + r["seed"]: 100 / float(r["demonstrator"]) if shares else 1.0
+                 for r in mine}  # fmt: skip
         per: dict[tuple[str, str, str, str, int], float] = {
             (r["method"], r["task"], r["family"], r["level"], int(r["seed"])): float(r["mean"])
+            * scale[r["task"] + r["seed"]]
             for r in mine
         }
         combos = sorted({k[1:4] for k in per})
