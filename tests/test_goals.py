@@ -182,3 +182,40 @@ def test_a_stage_run_a_task_at_a_time_reads_as_the_whole(
     assert capsys.readouterr().out == whole and "### cheetah walk" in whole
     with pytest.raises(ConfigError, match=r"run cell rnd-v100 is also in .*all.csv"):
         main([str(tmp_path / "all.csv"), str(tmp_path / "run.csv"), "--reference", "rnd-v1:fbil"])
+
+
+def test_shares_pool_tasks_of_different_scales_on_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A task at ten times another's scale, with demonstrations ten times as good, pools
+    as shares exactly as the one task does; rows without their demonstrations' return in
+    the experts tables are refused before any bootstrap."""
+    from dataclasses import replace
+
+    from rbfm.experiments.table import CeilingRow, write_ceiling_table, write_table
+    from rbfm.reporting.goals import as_shares, main
+
+    run = _rows()
+    walk = [replace(r, task="walk", mean=10 * r.mean, cell=r.cell + "w") for r in run]
+    demos = [
+        CeilingRow("cheetah", d, t, run[0].expert, "none", None, 2, m, 0.0, 0, m, f"{d}{t}")
+        for d in ("rnd-v1", "rnd-rand")
+        for t, m in (("run", 400.0), ("walk", 4000.0))
+    ]
+    both = as_shares(run + walk, demos)
+    assert both[0].mean == pytest.approx(100 * run[0].mean / 400.0)
+    # Raw, walk's columns are ten times run's; as shares they are run's own.
+    raw, shared = scores(run + walk, (4, 5))["rnd-v1:fbil"], scores(both, (4, 5))["rnd-v1:fbil"]
+    np.testing.assert_allclose(raw[:, 2:], 10 * raw[:, :2])
+    np.testing.assert_allclose(shared[:, 2:], shared[:, :2])
+    write_table(tmp_path / "results.csv", run + walk)
+    write_ceiling_table(tmp_path / "experts.csv", demos)
+    main([str(tmp_path / "results.csv"), "--reference", "rnd-v1:fbil",
+          "--shares", str(tmp_path / "experts.csv")])  # fmt: skip
+    assert "### cheetah, pooled over its tasks as shares (%) of the demonstrations" in (
+        capsys.readouterr().out
+    )
+    write_ceiling_table(tmp_path / "experts.csv", demos[:3])
+    with pytest.raises(ConfigError, match="no positive demonstrations' return for cheetah/rnd-r"):
+        main([str(tmp_path / "results.csv"), "--reference", "rnd-v1:fbil",
+              "--shares", str(tmp_path / "experts.csv")])  # fmt: skip

@@ -11,11 +11,17 @@ A configuration is (data label, results label), e.g. `rnd-rand:fbil` or
 families and levels of a range, as the stage figures' IQMs do (stratified bootstrap).
 Under each table of IQMs, a table of each configuration's paired gap to the reference:
 the IQM of its per-seed differences over the same cells, with the same bootstrap.
+
+Raw returns pool each task at its own scale, so where tasks' returns differ widely the
+IQM's trimmed quarters are whole tasks. `--shares EXPERTS.csv ...` adds the pooled
+tables once more with each return a share (%) of its demonstrations' mean return (the
+experts.csv of the same runs), as a demonstrator from outside the model is read.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import textwrap
 from collections.abc import Sequence
@@ -28,7 +34,7 @@ from matplotlib.figure import Figure
 from rbfm.envs import get_perturbation
 from rbfm.errors import ConfigError
 from rbfm.evaluation.aggregate import stratified_iqm
-from rbfm.experiments.table import ResultRow, once, read_table
+from rbfm.experiments.table import CeilingRow, ResultRow, once, read_ceilings, read_table
 from rbfm.reporting.figures import save_figure
 from rbfm.reporting.plots import caption_width
 from rbfm.reporting.report import markdown
@@ -286,6 +292,23 @@ def _figure(
     return fig
 
 
+def as_shares(rows: Sequence[ResultRow], ceilings: Sequence[CeilingRow]) -> list[ResultRow]:
+    """Each row's mean return as a share (%) of its demonstrations' mean return (nominal,
+    `demonstrations_mean` of the experts table), so that tasks of different scales pool
+    on one scale; a row whose demonstrations have no positive return there is refused."""
+    demo = {(c.domain, c.dataset, c.task, c.expert): c.demonstrations_mean for c in ceilings}
+    out = []
+    for r in rows:
+        d = demo.get((r.domain, r.dataset, r.task, r.expert), float("nan"))
+        if not d > 0:
+            raise ConfigError(
+                f"--shares: no positive demonstrations' return for {r.domain}/{r.dataset}/"
+                f"{r.task} ({r.expert} expert) in the experts tables (valid: > 0)"
+            )
+        out.append(dataclasses.replace(r, mean=100 * r.mean / d))
+    return out
+
+
 def read_tables(paths: Sequence[str]) -> list[ResultRow]:
     """The rows of several results.csv (a stage's tasks run apart); a cell in two of them
     is refused, since pooling would count it twice."""
@@ -302,10 +325,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--reference", required=True, help="DATASET:LABEL, e.g. rnd-v1:fbil")
     parser.add_argument("--expert", default=None, help="only the rows of this expert source")
     parser.add_argument("--figure", default=None, help="also draw the pooled ranges as this PNG")
+    parser.add_argument(
+        "--shares", nargs="+", default=None, help="experts.csv: also pool as shares of the demos"
+    )
     args = parser.parse_args(argv)
     rows = read_tables(args.results)
     if args.expert is not None:
         rows = [r for r in rows if r.expert == args.expert]
+    # Refused before any bootstrap: a row without its demonstrations' return.
+    shares = None
+    if args.shares is not None:
+        shares = as_shares(rows, [c for path in args.shares for c in read_ceilings(path)])
     split = groups(rows)
     found = {g: estimates(mine, args.reference) for g, mine in split.items()}
     if args.figure is not None:
@@ -328,6 +358,12 @@ def main(argv: Sequence[str] | None = None) -> None:
             # Seed by seed the configurations share demonstrations and initial states: the
             # paired gap is tighter than two intervals side by side.
             print(_gap_table(gaps(these, args.reference), configs(these), args.reference) + "\n")
+    if shares is None:
+        return
+    for group, mine in groups(shares).items():
+        print(f"### {group}, pooled over its tasks as shares (%) of the demonstrations\n")
+        print(goal_table(mine, args.reference) + "\n")
+        print(_gap_table(gaps(mine, args.reference), configs(mine), args.reference) + "\n")
 
 
 if __name__ == "__main__":
