@@ -109,6 +109,8 @@ def _done() -> set[tuple[str, str, str, int, str, str]]:
 
 
 def run(methods: list[str], tasks: list[str], seeds: int, episodes: int, strongest: bool) -> None:
+    if adapted := [m for m in methods if m.startswith("goal") and "+a" in m]:
+        raise SystemExit(f"{adapted[0]}: goal sequences do not adapt (adapt takes one z)")
     ROWS.parent.mkdir(parents=True, exist_ok=True)
     done = _done()
     new = not ROWS.exists()
@@ -344,11 +346,9 @@ def shift_pooled(methods: list[str], shares: bool = False) -> str:
     ]
     for domain in dict.fromkeys(i.split(":")[0] for i in TASKS):
         mine = [r for r in rows if r["domain"] == domain]
-        scale = {r["task"] + r["seed"]: 100 / float(r["demonstrator"]) if shares else 1.0
-                 for r in mine}  # fmt: skip
         per: dict[tuple[str, str, str, str, int], float] = {
             (r["method"], r["task"], r["family"], r["level"], int(r["seed"])): float(r["mean"])
-            * scale[r["task"] + r["seed"]]
+            * (100 / float(r["demonstrator"]) if shares else 1.0)
             for r in mine
         }
         combos = sorted({k[1:4] for k in per})

@@ -949,6 +949,9 @@ def test_the_runner_carries_the_goal_reduction_as_a_z_per_step(
     by_state = {**data, "methods": [{"name": "goal", "overrides": {"index": "state"}}]}
     (state,) = plan(from_dict(by_state)).infers
     assert state.variant.config["index"] == "state" and state.id != inf.id
+    assert state.variant.label == "index=state"  # its rows apart from the time index's
+    by_time = {**data, "methods": [{"name": "goal", "overrides": {"index": "time"}}]}
+    assert plan(from_dict(by_time)).infers[0].id == inf.id  # named or not, one cell
     data["adapt"] = [{"budget": 2, "methods": ["goal"]}]
     with pytest.raises(ConfigError, match="'goal' is not an FB method with one task vector"):
         plan(from_dict(data))

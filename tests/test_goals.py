@@ -198,7 +198,8 @@ def test_shares_pool_tasks_of_different_scales_on_one(
     run = _rows()
     walk = [replace(r, task="walk", mean=10 * r.mean, cell=r.cell + "w") for r in run]
     demos = [
-        CeilingRow("cheetah", d, t, run[0].expert, "none", None, 2, m, 0.0, 0, m, f"{d}{t}")
+        # The planner's own return (mean) differs from its demonstrations' (the divisor).
+        CeilingRow("cheetah", d, t, run[0].expert, "none", None, 2, 7.0, 0.0, 0, m, f"{d}{t}")
         for d in ("rnd-v1", "rnd-rand")
         for t, m in (("run", 400.0), ("walk", 4000.0))
     ]

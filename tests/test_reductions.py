@@ -157,6 +157,14 @@ def test_goal_policy_by_state_tracks_the_step_after_the_nearest_demonstrated_sta
     loaded = read_goals(path, json.loads(path.read_text()))
     assert loaded.index == "state"
     assert all(torch.equal(a, b) for a, b in zip(loaded.keys, goals.keys, strict=True))
+    # A description naming an unknown index, or the state index without its keys, is
+    # refused in one line naming the file at fault.
+    info = json.loads(path.read_text())
+    with pytest.raises(ConfigError, match=r"g.json index: 'phase' \(valid: time, state\)"):
+        read_goals(path, info | {"index": "phase"})
+    by_time_file = write_goals(tmp_path / "t", by_time.goals, {"method": "goal"})
+    with pytest.raises(ConfigError, match=r"t.safetensors: index 'state' needs a key .*key.0"):
+        read_goals(by_time_file, json.loads(by_time_file.read_text()) | {"index": "state"})
     with pytest.raises(ConfigError, match=r"GoalConfig index: 'phase' \(valid: time, state\)"):
         GoalConfig(index="phase")
 

@@ -341,6 +341,8 @@ def _variants(entry: MethodEntry, domain: str, where: str) -> list[Variant]:
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from e
         label = "" if eps is None or len(entry.eps) == 1 else f"eps={eps:g}"
+        if cfg.get("index", "time") != "time":  # goal by state: its rows apart from by time
+            label = f"index={cfg['index']}"
         if entry.settings != "default":
             label = ",".join(x for x in (entry.settings, label) if x)
         used = cfg.get("eps")

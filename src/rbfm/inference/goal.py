@@ -116,10 +116,13 @@ class GoalPolicy:
         self.model, self.goals = model, goals
         self.device = next(model.parameters()).device
         if goals.index == "state":  # every demonstration's steps as one table
+            if [len(k) for k in goals.keys] != [len(z) for z in goals.z]:
+                raise ValueError("GoalPolicy: the state index needs a key B(s_t) per z_t")
             self.keys = torch.cat(goals.keys).to(self.device)
             self.flat = torch.cat(goals.z).to(self.device)
-        self.padded = _pad(goals.z).to(self.device)  # (E, T_max, d)
-        self.last = torch.as_tensor([len(z) - 1 for z in goals.z], device=self.device)
+        else:
+            self.padded = _pad(goals.z).to(self.device)  # (E, T_max, d)
+            self.last = torch.as_tensor([len(z) - 1 for z in goals.z], device=self.device)
         self.t = np.zeros(0, np.int64)
         self.demo = np.full(0, -1, np.int64)
 
@@ -176,16 +179,19 @@ def write_goals(stem: Path, goals: GoalSequences, meta: dict[str, Any]) -> Path:
 def read_goals(path: Path, info: dict[str, Any]) -> GoalSequences:
     """The sequences of a goals file whose description `info` is already read."""
     weights = path.with_suffix(".safetensors")
+    index = info.get("index", "time")  # files written before the state index have none
+    _check_index(f"{path} index", index)
     try:
         tensors = load_file(str(weights))
         count = int(info["demonstrations"])
         seqs = [tensors[f"z.{i}"] for i in range(count)]
         starts = tensors["starts"]
-        index = info.get("index", "time")  # files written before the state index
-        _check_index(f"{path} index", index)
-        keys = [tensors[f"key.{i}"] for i in range(count)] if index == "state" else []
     except (OSError, SafetensorError, KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"{weights}: not the goal sequences of {path} ({e})") from e
+    wanted = [f"key.{i}" for i in range(count)] if index == "state" else []
+    if missing := [k for k in wanted if k not in tensors]:
+        raise ConfigError(f"{weights}: index 'state' needs a key per sequence ({missing[0]})")
+    keys = [tensors[k] for k in wanted]
     dims = {z.shape[-1] for z in seqs} | {starts.shape[-1]}
     if (
         len(dims) != 1

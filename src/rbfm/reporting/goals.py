@@ -296,7 +296,11 @@ def as_shares(rows: Sequence[ResultRow], ceilings: Sequence[CeilingRow]) -> list
     """Each row's mean return as a share (%) of its demonstrations' mean return (nominal,
     `demonstrations_mean` of the experts table), so that tasks of different scales pool
     on one scale; a row whose demonstrations have no positive return there is refused."""
-    demo = {(c.domain, c.dataset, c.task, c.expert): c.demonstrations_mean for c in ceilings}
+    demo: dict[tuple[str, str, str, str], float] = {}
+    for c in ceilings:
+        key = (c.domain, c.dataset, c.task, c.expert)
+        if demo.setdefault(key, c.demonstrations_mean) != c.demonstrations_mean:
+            raise ConfigError(f"--shares: two demonstrations' returns for {'/'.join(key)}")
     out = []
     for r in rows:
         d = demo.get((r.domain, r.dataset, r.task, r.expert), float("nan"))
@@ -305,7 +309,7 @@ def as_shares(rows: Sequence[ResultRow], ceilings: Sequence[CeilingRow]) -> list
                 f"--shares: no positive demonstrations' return for {r.domain}/{r.dataset}/"
                 f"{r.task} ({r.expert} expert) in the experts tables (valid: > 0)"
             )
-        out.append(dataclasses.replace(r, mean=100 * r.mean / d))
+        out.append(dataclasses.replace(r, mean=100 * r.mean / d, std=100 * r.std / d))
     return out
 
 
