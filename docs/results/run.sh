@@ -66,17 +66,22 @@ for item in "${stages[@]}"; do
     cp "$out/results.csv" "$dest/"
     if [ -f "$out/experts.csv" ]; then cp "$out/experts.csv" "$dest/"; fi
     if [ -n "${reference[$stage]:-}" ]; then
+        # A demonstrator from outside the model is read as shares of its return too: its
+        # tasks' returns differ in scale (rbfm.reporting.goals --shares).
+        shares=()
+        if [[ $stage == external-* ]]; then shares=(--shares "$out/experts.csv"); fi
         python -m rbfm.reporting.goals "$out/results.csv" --reference "${reference[$stage]}" \
-            --figure "$dest/goals.png" > "$dest/goals.md"
+            --figure "$dest/goals.png" "${shares[@]}" > "$dest/goals.md"
         # The adaptation searches, where the stage has any: what each cost and moved.
         if [ -f "$out/adaptations.csv" ]; then
             cp "$out/adaptations.csv" "$dest/"
             python -m rbfm.reporting.searches "$dest/adaptations.csv" > "$dest/searches.md"
         fi
         if [ -n "$task" ]; then
+            if [ ${#shares[@]} -gt 0 ]; then shares=(--shares docs/results/"$stage"/*/experts.csv); fi
             python -m rbfm.reporting.goals docs/results/"$stage"/*/results.csv \
                 --reference "${reference[$stage]}" --figure "docs/results/$stage/goals.png" \
-                > "docs/results/$stage/goals.md"
+                "${shares[@]}" > "docs/results/$stage/goals.md"
             if [ -f "$dest/adaptations.csv" ]; then
                 python -m rbfm.reporting.searches docs/results/"$stage"/*/adaptations.csv \
                     > "docs/results/$stage/searches.md"
