@@ -20,6 +20,7 @@ import argparse
 import csv
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -67,7 +68,7 @@ def _z(model, demos, method: str, seed: int, key: str) -> tuple[torch.Tensor, fl
         z, seconds = torch.load(path)
         return z, seconds
     # bf16: the grid's inference precision (a bfloat16 actor copy; evaluation in float32).
-    extra = {"bf16": True} if method in ("fbil", "rbfm-light", "rbfm-heavy") else {}
+    extra: dict[str, Any] = {"bf16": True} if method in ("fbil", "rbfm-light", "rbfm-heavy") else {}
     result = infer(model, demos, method, seed=seed, **extra)
     path.parent.mkdir(parents=True, exist_ok=True)
     torch.save((result.z, result.seconds), path)
