@@ -301,8 +301,8 @@ def main() -> None:
         return
     single = [m for m in args.methods if "+a" not in m]
     shifted = shift_table(single)
-    pooled = shift_pooled([m for m in single if m in ("fbil", "er", "goal")])
-    as_shares = shift_pooled([m for m in single if m in ("fbil", "er", "goal")], shares=True)
+    strongest = [m for m in single if m in ("fbil", "er", "goal")]
+    pooled, as_shares = shift_pooled(strongest), shift_pooled(strongest, shares=True)
     print(shifted + "\n\n" + pooled + "\n\n" + as_shares)
     for domain in dict.fromkeys(i.split(":")[0] for i in TASKS):
         if (path := figure(domain, args.figure_methods, args.seeds, args.episodes)) is not None:

@@ -304,9 +304,8 @@ def _families(entry: ModelEntry, where: str) -> dict[str, tuple[float | None, ..
 def _variants(entry: MethodEntry, domain: str, where: str) -> list[Variant]:
     """The method's configs (one per eps), built and so validated by the config classes."""
     from rbfm.baselines import baseline_config
-    from rbfm.checks import known_fields
     from rbfm.inference import SETTINGS, method_config
-    from rbfm.inference.goal import GoalConfig
+    from rbfm.inference.goal import goal_config
 
     if entry.name not in ALL_METHODS:
         raise ConfigError(
@@ -331,10 +330,9 @@ def _variants(entry: MethodEntry, domain: str, where: str) -> list[Variant]:
                     baseline_config(entry.name, entry.preset, domain, overrides)
                 )
             elif entry.name in SEQUENCE_METHODS:  # nothing fitted: no named settings
-                known_fields(GoalConfig, overrides, entry.name)
                 # The time index (the default) stays out of the config: cells made before
                 # the state index existed keep their ids.
-                full = dataclasses.asdict(GoalConfig(**overrides))
+                full = dataclasses.asdict(goal_config(overrides))
                 cfg = {k: v for k, v in full.items() if (k, v) != ("index", "time")}
             else:
                 cfg = dataclasses.asdict(method_config(entry.name, entry.settings, **overrides))
