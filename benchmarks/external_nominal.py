@@ -391,8 +391,7 @@ def read_ceilings() -> dict[tuple[str, str], list[float]]:
             rows = [r for r in csv.DictReader(f) if r["dataset"] == "rnd" and r["expert"] == "mpc"]
         for r in rows:
             key = (r["domain"], r["task"])
-            strongest = get_perturbation(r["domain"], r["family"]).levels[-2:]
-            if key not in planned and float(r["level"]) in strongest:
+            if key not in planned and (r["family"], float(r["level"])) in cells(r["domain"], True):
                 ceilings.setdefault(key, []).append(float(r["mean"]))
     return ceilings
 
