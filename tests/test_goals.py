@@ -220,3 +220,52 @@ def test_shares_pool_tasks_of_different_scales_on_one(
     with pytest.raises(ConfigError, match="no positive demonstrations' return for cheetah/rnd-r"):
         main([str(tmp_path / "results.csv"), "--reference", "rnd-v1:fbil",
               "--shares", str(tmp_path / "experts.csv")])  # fmt: skip
+
+
+def test_ceiling_shares_read_each_cell_against_the_expert_there(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A planner's ceiling at twice the reference's return in every cell it was evaluated
+    in reads as 50% there; the cells it was not evaluated in are left out (no levels 2-4
+    column), and a cell where it returned nothing positive is refused."""
+    from dataclasses import replace
+
+    from rbfm.experiments.table import CeilingRow, write_ceiling_table, write_table
+    from rbfm.reporting.goals import as_ceiling_shares, main
+
+    rows = _rows()
+    levels = get_perturbation("cheetah", "joint_friction").levels
+    base = {i: 400.0 * (1 - i / 7) for i in range(len(levels))}
+    ceilings = [
+        CeilingRow(
+            "cheetah",
+            d,
+            "run",
+            rows[0].expert,
+            "joint_friction",
+            levels[i],
+            2,
+            2 * base[i],
+            0.0,
+            0,
+            400.0,
+            f"{d}{i}",
+        )
+        for d in ("rnd-v1", "rnd-rand")
+        for i in (0, 4, 5)
+    ]
+    shared = as_ceiling_shares(rows, ceilings)
+    assert len(shared) == 3 * len(rows) // len(levels)
+    assert scores(shared, (4, 5))["rnd-v1:fbil"] == pytest.approx(50.0, abs=1.0)
+    write_table(tmp_path / "results.csv", rows)
+    write_ceiling_table(tmp_path / "experts.csv", ceilings)
+    main([str(tmp_path / "results.csv"), "--reference", "rnd-v1:fbil",
+          "--shares", str(tmp_path / "experts.csv")])  # fmt: skip
+    block = capsys.readouterr().out.split("as shares (%) of the expert in each cell\n")[1]
+    header = block.strip().splitlines()[0]
+    assert header == "| configuration | nominal | two strongest (levels 5-6) |"
+    assert "| rnd-v1:fbil | 50." in block
+    write_ceiling_table(tmp_path / "experts.csv", [*ceilings[:-1], replace(ceilings[-1], mean=0.0)])
+    with pytest.raises(ConfigError, match=r"returned 0\.0 at cheetah/rnd-rand/run joint_friction"):
+        main([str(tmp_path / "results.csv"), "--reference", "rnd-v1:fbil",
+              "--shares", str(tmp_path / "experts.csv")])  # fmt: skip

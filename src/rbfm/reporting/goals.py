@@ -15,7 +15,10 @@ the IQM of its per-seed differences over the same cells, with the same bootstrap
 Raw returns pool each task at its own scale, so where tasks' returns differ widely the
 IQM's trimmed quarters are whole tasks. `--shares EXPERTS.csv ...` adds the pooled
 tables once more with each return a share (%) of its demonstrations' mean return (the
-experts.csv of the same runs), as a demonstrator from outside the model is read.
+experts.csv of the same runs), as a demonstrator from outside the model is read, and
+once more with each return a share (%) of the expert's own return in the same cell (a
+planner expert: the planner inside the shifted simulator, the ceiling) over the cells
+where the expert was evaluated (nominal and each family's two strongest levels).
 """
 
 from __future__ import annotations
@@ -169,6 +172,7 @@ def goal_table(rows: Sequence[ResultRow], reference: str, reps: int = 2000) -> s
 
 
 def _table(found: dict[str, dict[str, Estimate]], names: list[str], reference: str) -> str:
+    """One column per range of `found` (a table of fewer ranges names only its own)."""
     body = []
     for name in names:
         line = [name]
@@ -180,11 +184,13 @@ def _table(found: dict[str, dict[str, Estimate]], names: list[str], reference: s
             star = "*" if _disjoint(per[name], ref) else ""
             line.append(f"{m:.1f} [{lo:.1f}, {hi:.1f}] ({m / ref[0]:.2f}x{star})")
         body.append(line)
-    return markdown(["configuration", *range_names(names).values()], body)
+    shown = range_names(names)
+    return markdown(["configuration", *(shown[t] for t in found)], body)
 
 
 def _gap_table(found: dict[str, dict[str, Estimate]], names: list[str], reference: str) -> str:
-    """Each configuration's paired gap to `reference` per range (`*`: its CI excludes 0)."""
+    """Each configuration's paired gap to `reference` per range of `found` (`*`: its CI
+    excludes 0)."""
     body = []
     for name in names:
         if name == reference:
@@ -198,7 +204,8 @@ def _gap_table(found: dict[str, dict[str, Estimate]], names: list[str], referenc
             star = "*" if lo > 0 or hi < 0 else ""
             line.append(f"{m:+.1f} [{lo:+.1f}, {hi:+.1f}]{star}")
         body.append(line)
-    return markdown([f"paired gap to {reference}", *range_names(names).values()], body)
+    shown = range_names(names)
+    return markdown([f"paired gap to {reference}", *(shown[t] for t in found)], body)
 
 
 def _goal_panel(
@@ -313,6 +320,30 @@ def as_shares(rows: Sequence[ResultRow], ceilings: Sequence[CeilingRow]) -> list
     return out
 
 
+def as_ceiling_shares(rows: Sequence[ResultRow], ceilings: Sequence[CeilingRow]) -> list[ResultRow]:
+    """The rows of the cells where their expert itself was evaluated, each mean return a
+    share (%) of the expert's return there (a planner expert: the ceiling inside the
+    shifted simulator); a cell whose expert returned nothing positive is refused."""
+    at = {(c.domain, c.dataset, c.task, c.expert, c.family, c.level): c for c in ceilings}
+    out = []
+    for r in rows:
+        c = at.get((r.domain, r.dataset, r.task, r.expert, r.family, r.level))
+        if c is None:
+            continue
+        if not c.mean > 0:
+            raise ConfigError(
+                f"--shares: the {r.expert} expert returned {c.mean} at {r.domain}/{r.dataset}/"
+                f"{r.task} {r.family} {r.level}: no share of it (valid: > 0)"
+            )
+        out.append(dataclasses.replace(r, mean=100 * r.mean / c.mean, std=100 * r.std / c.mean))
+    return out
+
+
+def _measured(found: dict[str, dict[str, Estimate]]) -> dict[str, dict[str, Estimate]]:
+    """The ranges some configuration has results in."""
+    return {t: per for t, per in found.items() if per}
+
+
 def read_tables(paths: Sequence[str]) -> list[ResultRow]:
     """The rows of several results.csv (a stage's tasks run apart); a cell in two of them
     is refused, since pooling would count it twice."""
@@ -337,9 +368,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.expert is not None:
         rows = [r for r in rows if r.expert == args.expert]
     # Refused before any bootstrap: a row without its demonstrations' return.
-    shares = None
+    shares = ceiling = None
     if args.shares is not None:
-        shares = as_shares(rows, [c for path in args.shares for c in read_ceilings(path)])
+        experts = [c for path in args.shares for c in read_ceilings(path)]
+        shares, ceiling = as_shares(rows, experts), as_ceiling_shares(rows, experts)
     split = groups(rows)
     found = {g: estimates(mine, args.reference) for g, mine in split.items()}
     if args.figure is not None:
@@ -362,12 +394,18 @@ def main(argv: Sequence[str] | None = None) -> None:
             # Seed by seed the configurations share demonstrations and initial states: the
             # paired gap is tighter than two intervals side by side.
             print(_gap_table(gaps(these, args.reference), configs(these), args.reference) + "\n")
-    if shares is None:
+    if shares is None or ceiling is None:
         return
     for group, mine in groups(shares).items():
         print(f"### {group}, pooled over its tasks as shares (%) of the demonstrations\n")
         print(goal_table(mine, args.reference) + "\n")
         print(_gap_table(gaps(mine, args.reference), configs(mine), args.reference) + "\n")
+    for group, mine in groups(ceiling).items():
+        print(f"### {group}, pooled over its tasks as shares (%) of the expert in each cell\n")
+        found = _measured(estimates(mine, args.reference))
+        print(_table(found, configs(mine), args.reference) + "\n")
+        paired = {t: per for t, per in gaps(mine, args.reference).items() if t in found}
+        print(_gap_table(paired, configs(mine), args.reference) + "\n")
 
 
 if __name__ == "__main__":
