@@ -402,9 +402,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(_gap_table(gaps(mine, args.reference), configs(mine), args.reference) + "\n")
     for group, mine in groups(ceiling).items():
         print(f"### {group}, pooled over its tasks as shares (%) of the expert in each cell\n")
-        found = _measured(estimates(mine, args.reference))
-        print(_table(found, configs(mine), args.reference) + "\n")
-        paired = {t: per for t, per in gaps(mine, args.reference).items() if t in found}
+        measured = _measured(estimates(mine, args.reference))
+        print(_table(measured, configs(mine), args.reference) + "\n")
+        paired = {t: per for t, per in gaps(mine, args.reference).items() if t in measured}
         print(_gap_table(paired, configs(mine), args.reference) + "\n")
 
 
