@@ -570,10 +570,17 @@ def test_the_expert_itself_is_a_dashed_line_in_its_panels_and_a_table(
     assert line.get_linestyle() == "--"
     assert line.get_marker() == "x"  # a cross at each level it was measured at
     caption = fig.legends[0].get_title().get_text()
-    assert "a cross where measured: the demonstrating expert itself (with its action" in caption
+    assert "dashed between adjacent levels measured (with its action" in caption.replace("\n", " ")
     # A planner's ceiling is said to be one, with its episodes (fewer than the imitators').
     planned = [dataclasses.replace(c, expert="mpc", episodes=2) for c in ceilings[:3]]
     assert figures._ceiling_caption(planned).endswith("inside each shifted simulator (2 episodes).")
+    # Planned at the ends only: no line across the level between them, two crosses,
+    # labelled once.
+    fig = grid_figure(rows, "walker", ceilings=[ceilings[0], ceilings[2]])
+    drawn = [ln for ln in fig.axes[0].lines if ln.get_color() == "black"]
+    assert [list(_xy(ln.get_xdata())) for ln in drawn] == [[levels[0]], [levels[2]]]
+    assert next(ln.get_label() for ln in drawn) == "expert itself"
+    assert _lines(fig.axes[0]).count("expert itself") == 1
     path = tmp_path / "experts.csv"
     header = ",".join(CEILING_COLUMNS)
     path.write_text(header + "\nwalker,rnd,walk,own,body_mass,0.0,10,500,3,0,510,x\n")

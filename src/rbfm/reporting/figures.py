@@ -336,7 +336,10 @@ def _ceiling_caption(ceilings: Sequence[CeilingRow]) -> str:
     planner run inside each shifted simulator on a few episodes (the `mpc` ceiling)."""
     if not ceilings:
         return ""
-    text = " Dashed, a cross where measured: the demonstrating expert itself"
+    text = (
+        " Crosses: the demonstrating expert itself where measured, dashed between adjacent "
+        "levels measured"
+    )
     planned = sorted({c.episodes for c in ceilings if c.expert == "mpc"})
     if planned:
         counts = "/".join(str(n) for n in planned)
@@ -344,15 +347,28 @@ def _ceiling_caption(ceilings: Sequence[CeilingRow]) -> str:
     return text + " (with its action noise, if any), mean over the same evaluation episodes."
 
 
-def _draw_ceiling(ax: Axes, ceilings: Sequence[CeilingRow]) -> list[CeilingRow]:
-    """The expert's own return per level: a black dashed line with a cross at each level
-    it was measured at (a planner's ceiling skips the middle levels), no band (one run of
-    its episodes, not a mean over inference seeds); returns the rows drawn."""
-    drawn = [c for c in ceilings if c.level is not None]
-    if drawn:
-        x, y = zip(*sorted((c.level, c.mean) for c in drawn), strict=True)
-        ax.plot(x, y, color="black", ls="--", lw=1.0, marker="x", ms=4, label=EXPERT_NAME)
-    return drawn
+def _draw_ceiling(
+    ax: Axes, ceilings: Sequence[CeilingRow], levels: Iterable[float | None]
+) -> list[CeilingRow]:
+    """The expert's own return per level: a black cross at each level it was measured at,
+    dashed only between two of them with none of the panel's `levels` in between (a
+    planner's ceiling skips the middle levels, and a line across them would read as
+    values there), no band (one run of its episodes, not a mean over inference seeds);
+    returns the rows drawn."""
+    points = sorted(((c.level, c) for c in ceilings if c.level is not None), key=lambda p: p[0])
+    shown = {x for x in levels if x is not None}
+    runs: list[list[tuple[float, CeilingRow]]] = []
+    for level, c in points:
+        if runs and not any(runs[-1][-1][0] < x < level for x in shown):
+            runs[-1].append((level, c))
+        else:
+            runs.append([(level, c)])
+    label: str | None = EXPERT_NAME
+    for run in runs:
+        x, y = [lv for lv, _ in run], [c.mean for _, c in run]
+        ax.plot(x, y, color="black", ls="--", lw=1.0, marker="x", ms=4, label=label)
+        label = None
+    return [c for _, c in points]
 
 
 def grid_figure(
@@ -382,7 +398,7 @@ def grid_figure(
                 if (c.domain, c.dataset, c.task, c.family) == (domain, dataset, task, family)
                 and c.expert in experts
             ]
-            drawn += _draw_ceiling(ax, here)
+            drawn += _draw_ceiling(ax, here, (a.level for a in panel))
             ax.set_title(f"{task} / {family_text(family)}", fontsize=9)
             if j == 0:
                 ax.set_ylabel(f"{task}\nreturn", fontsize=8)
@@ -411,7 +427,8 @@ def _panel_row(
     fig, axes = _new_figure(1, len(values))
     drawn: list[CeilingRow] = []
     for ax, value in zip(axes[0], values, strict=True):
-        _draw_panel(ax, [a for a in aggs if getattr(a, by) == value], styles, domain, family)
+        panel = [a for a in aggs if getattr(a, by) == value]
+        _draw_panel(ax, panel, styles, domain, family)
         keys = {(r.domain, r.dataset, r.task, r.family) for r in mine if getattr(r, by) == value}
         drawn += _draw_ceiling(
             ax,
@@ -420,6 +437,7 @@ def _panel_row(
                 for c in ceilings
                 if (c.domain, c.dataset, c.task, c.family) in keys and c.expert in experts
             ],
+            (a.level for a in panel),
         )
         ax.set_title(value, fontsize=9)
     if share_y:
