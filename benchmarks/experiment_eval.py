@@ -8,7 +8,7 @@ runs) over `--workers` processes of the local executor: every task of the domain
 levels of one perturbation family x `--vectors` task vectors, `--episodes` episodes each,
 packed into jobs of up to `--batch` episodes as the runner packs them, one batched actor call
 per step per job. Steps/s counts environment steps over all episodes, after one warm-up
-job per worker. Target (issue 10): >= 80% of raw x workers.
+job per worker. Target: >= 80% of raw x workers (a job's overhead under a fifth).
 """
 
 from __future__ import annotations

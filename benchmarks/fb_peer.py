@@ -27,12 +27,13 @@ mapping and what stays different are printed at start.
 
 metamotivo is never a dependency of rbfm: run this in a throwaway virtualenv,
 
-    python3.11 -m venv /work/peer-venv
-    /work/peer-venv/bin/pip install torch==2.13.0   # exactly this pin: the CPU wheel
-    git --git-dir=<metamotivo mirror> archive HEAD | tar -x -C /work/peer-src/metamotivo
-    /work/peer-venv/bin/pip install --no-deps /work/peer-src/metamotivo  # or PyPI's metamotivo
-    /work/peer-venv/bin/pip install -e .                                 # rbfm
-    /work/peer-venv/bin/python benchmarks/fb_peer.py --dataset ...
+    python3.11 -m venv ../peer-venv
+    ../peer-venv/bin/pip install torch==2.13.0   # exactly this pin: the CPU wheel
+    mkdir -p ../peer-src/metamotivo
+    git --git-dir=<metamotivo mirror> archive HEAD | tar -x -C ../peer-src/metamotivo
+    ../peer-venv/bin/pip install --no-deps ../peer-src/metamotivo  # or PyPI's metamotivo
+    ../peer-venv/bin/pip install -e .                              # rbfm
+    ../peer-venv/bin/python benchmarks/fb_peer.py --dataset ...
 
 `--no-deps` keeps metamotivo from pulling another torch; of its own dependencies the
 agent needs only safetensors (which rbfm brings), tyro and wandb serve its examples.

@@ -47,7 +47,7 @@ EPS = 0.8
 # objective (RBFM-Heavy: its LP solved at every step), 5x the cap, 6x the patience, 4 more
 # halvings (step sizes down to 1/1024).
 LONG = {"solver": "adam", "steps": 15_000, "patience": 300, "halvings": 10}
-# The second reference (eleventh session): the default continuation itself, run much
+# The second reference: the default continuation itself, run much
 # longer. On walker:rnd-v1 it went 3.4% below the Adam reference: a default within x% of
 # that reference can still be further from the optimum (docs/inference.md).
 STAGES500 = {"stage_iters": 500, "stages": 16, "settle_stages": 3, "steps": 20_000}

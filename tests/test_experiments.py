@@ -45,7 +45,7 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def smoke_dict(checkpoint: str, **changes: Any) -> dict[str, Any]:
-    """Issue 10's smoke spec: tiny model, 2 tasks, 2 levels, 2 methods, 2 seeds."""
+    """The smoke spec: tiny model, 2 tasks, 2 levels, 2 methods, 2 seeds."""
     spec: dict[str, Any] = {
         "name": "test",
         "seeds": [0, 1],
