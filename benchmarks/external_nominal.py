@@ -379,12 +379,15 @@ def shift_pooled(methods: list[str], shares: bool = False) -> str:
 
 def read_ceilings() -> dict[tuple[str, str], list[float]]:
     """Per (domain, task), the planner's return at each strongest cell: this benchmark's
-    ceiling.csv, and for the tasks it lacks, the default model's cells of a grid stage."""
+    ceiling.csv, and for the tasks it lacks (or holds only some cells of), the default
+    model's cells of a grid stage."""
     ceilings: dict[tuple[str, str], list[float]] = {}
     if CEILING.exists():
         with open(CEILING) as f:
             for r in csv.DictReader(f):
                 ceilings.setdefault((r["domain"], r["task"]), []).append(float(r["mean"]))
+    # A task counts as planned here only with all its strongest cells (nominal excluded).
+    ceilings = {k: v for k, v in ceilings.items() if len(v) == len(cells(k[0], True)) - 1}
     planned = set(ceilings)
     for path in sorted(Path().glob(GRID_CEILINGS)):
         with open(path) as f:
