@@ -201,7 +201,9 @@ def test_a_goal_file_round_trips_and_evaluates_as_the_imitation(
     assert saved.with_suffix(".safetensors").is_file()
     loaded = rbfm.load_imitation(saved)
     assert loaded.goals is not None and imitation.goals is not None
-    assert all(torch.equal(a, b) for a, b in zip(loaded.goals.z, imitation.goals.z, strict=True))
+    # A file loads onto the CPU (as a z does); the policy moves it to the model's device.
+    pairs = zip(loaded.goals.z, imitation.goals.z, strict=True)
+    assert all(torch.equal(a, b.cpu()) for a, b in pairs)
     direct = rbfm.evaluate(imitation, episodes=2)
     assert np.array_equal(rbfm.evaluate(saved, episodes=2), direct)
     demos_file = tmp_path / "demos.npz"
@@ -236,7 +238,7 @@ def test_a_goal_file_round_trips_and_evaluates_as_the_imitation(
     assert json.loads((tmp_path / "l3.json").read_text())["lookahead"] == 3
     three = rbfm.imitate(demos.sample(2, 0), "goal", model, lookahead=3).goals
     assert three is not None
-    assert torch.equal(rbfm.load_imitation(tmp_path / "l3.json").goals.z[0], three.z[0])
+    assert torch.equal(rbfm.load_imitation(tmp_path / "l3.json").goals.z[0], three.z[0].cpu())
     # A truncated sequences file is refused by name, before any rollout.
     weights = out.with_suffix(".safetensors")
     weights.write_bytes(weights.read_bytes()[:100])
