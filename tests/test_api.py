@@ -3,6 +3,7 @@ adapted under a perturbation."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +119,26 @@ def test_the_api_refuses_what_it_cannot_use(model: rbfm.Model, tmp_path: Path) -
         )
 
 
+def test_a_settings_name_the_method_ignores_is_refused_before_the_model_loads(
+    tmp_path: Path,
+) -> None:
+    demos, none = _demos(), tmp_path / "none"  # a model that is not there: never loaded
+    with pytest.raises(ConfigError, match=r"^unknown settings 'bogus'; valid choices: default, "):
+        rbfm.imitate(demos, "er", model=none, settings="bogus")
+    for method in ("fbil", "drbc", "goal"):  # for every method
+        with pytest.raises(ConfigError, match="unknown settings 'bogus'"):
+            rbfm.imitate(demos, method, model=none, settings="bogus")
+    for method, name, message in [
+        ("er", "paper", "settings 'paper' does nothing for er (er's settings: default; 'paper' "
+         "is for fbil, rbfm-light, rbfm-heavy, drbc, bedroil)"),
+        ("goal", "cpu", "settings 'cpu' does nothing for goal (goal's settings: default; "),
+        ("drbc", "default", "settings 'default' does nothing for drbc (drbc's settings: paper"),
+        ("fbil", "cpu", "settings 'cpu' does nothing for fbil (fbil's settings: default, paper"),
+    ]:  # fmt: skip
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            rbfm.imitate(demos, method, model=none, settings=name)
+
+
 def test_api_calls_run_on_one_thread_and_restore_the_caller_s(
     model: rbfm.Model, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -151,3 +172,22 @@ def test_api_calls_run_on_one_thread_and_restore_the_caller_s(
         assert seen == [1, 2]
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("method", ["fbil", "goal", "drbc"])
+@pytest.mark.parametrize("name", ["x.v2.json", "x.v2"])
+def test_save_writes_the_name_given_and_returns_it_whatever_its_dots(
+    model: rbfm.Model, tmp_path: Path, method: str, name: str
+) -> None:
+    """A file of the name less its last dotted part (`x.json`) is someone else's."""
+    for other in ("x.json", "x.safetensors"):
+        (tmp_path / other).write_text("another run's")
+    fits = {} if method == "goal" else {"steps": 2}
+    imitation = rbfm.imitate(_demos(), method, None if method == "drbc" else model, **fits)
+    path = imitation.save(tmp_path / name)
+    pair = method != "fbil"  # a task vector is one file, of the name as given
+    assert path == tmp_path / (f"{name.removesuffix('.json')}.json" if pair else name)
+    if pair:
+        assert path.with_name("x.v2.safetensors").is_file()
+    assert all((tmp_path / o).read_text() == "another run's" for o in ("x.json", "x.safetensors"))
+    assert rbfm.load_imitation(path).method == method

@@ -12,6 +12,7 @@ from rbfm.fb import FBModel, fb_config
 from rbfm.fb.checkpoint import (
     CheckpointError,
     load_checkpoint,
+    read_meta,
     recorded_name,
     save_checkpoint,
 )
@@ -61,6 +62,21 @@ def test_corrupt_or_foreign_description(saved: Path) -> None:
         load_checkpoint(saved)
     (saved / "best.json").write_text(json.dumps({"format": "something-else"}))
     with pytest.raises(CheckpointError, match="not an rbfm FB checkpoint"):
+        load_checkpoint(saved)
+
+
+def test_a_description_without_a_domain_or_that_is_a_folder_is_refused_by_name(
+    saved: Path,
+) -> None:
+    meta = json.loads((saved / "best.json").read_text())
+    for domain, message in [(None, "records no domain"), ("hopper", "records domain 'hopper'")]:
+        other = {k: v for k, v in meta.items() if k != "domain"}
+        (saved / "best.json").write_text(json.dumps(other | ({"domain": domain} if domain else {})))
+        with pytest.raises(CheckpointError, match=rf"best\.json: {message} \(valid: walker, "):
+            load_checkpoint(saved)
+    (saved / "best.json").unlink()
+    (saved / "best.json").mkdir()  # a folder named as the description
+    with pytest.raises(CheckpointError, match=r"best\.json: cannot read it \(Is a directory\)"):
         load_checkpoint(saved)
 
 
@@ -182,12 +198,13 @@ def test_every_domain_ships_a_working_model() -> None:
     # any dataset: a model per domain whose weights match their hash, with a z of norm
     # sqrt(d) for each of the domain's tasks.
     from rbfm.envs import TASKS
-    from rbfm.fb.checkpoint import ASSETS, load_checkpoint, read_meta, shipped_model
+    from rbfm.fb.checkpoint import ASSETS, DEFAULTS, load_checkpoint, read_meta, shipped_model
 
     for domain in TASKS:
         stem = shipped_model(domain)
         assert stem is not None, f"no model shipped for {domain}"
-        assert stem.name == f"{domain}_rnd"
+        assert stem.name == f"{domain}_{DEFAULTS[domain]}"
+        assert read_meta(stem)["preset"] == "paper"  # every default is of Table 4's size
     for description in sorted(ASSETS.glob("*.json")):
         stem = description.with_suffix("")
         model, meta = load_checkpoint(stem)
@@ -208,7 +225,7 @@ def test_a_domain_name_names_the_shipped_model(
 
     assets = tmp_path / "assets"
     assets.mkdir()
-    for stem in ("cheetah_cpu", "walker_aps", "walker_rnd", "walker_rnd-v1"):
+    for stem in ("cheetah_cpu", "walker_aps", "walker_rnd-nominal-paper", "walker_rnd-v1"):
         (assets / f"{stem}.json").write_text("{}")
     monkeypatch.setattr(checkpoint, "ASSETS", assets)
     monkeypatch.delenv("RBFM_MODELS", raising=False)
@@ -218,8 +235,12 @@ def test_a_domain_name_names_the_shipped_model(
     # A domain's default that is not installed is never replaced by another of its models.
     with pytest.raises(CheckpointError, match=r"cheetah \(cheetah_rnd, 32.6 MB\) is not installed"):
         resolve("cheetah")
-    # RND is the default although walker_aps comes first by name.
-    assert resolve("walker") == resolve("walker:rnd") == assets / "walker_rnd"
+    # The domain's default (DEFAULTS) although walker_aps comes first by name; `rnd`, the
+    # data label of every default, names it too.
+    default = assets / "walker_rnd-nominal-paper"
+    assert (
+        resolve("walker") == resolve("walker:rnd") == resolve("walker:rnd-nominal-paper") == default
+    )
     assert resolve("walker:aps") == assets / "walker_aps"
     # A replaced model stays loadable by its label, outside the default lookup.
     assert resolve("walker:rnd-v1") == assets / "walker_rnd-v1"
@@ -229,6 +250,10 @@ def test_a_domain_name_names_the_shipped_model(
         resolve("walker:proto")
     with pytest.raises(CheckpointError, match=r"no walker:rnd-v2 model is shipped"):
         resolve("walker:rnd-v2")  # a label no model of rbfm's has
+    # A guessed name is refused with the domain's real names, and only the domain's.
+    with pytest.raises(CheckpointError, match=r"walker's models: walker, walker:aps, ") as e:
+        resolve("walker:cpu")
+    assert "walker:rnd-v5" in str(e.value) and "cheetah" not in str(e.value)
     (tmp_path / "walker").mkdir()  # a run directory of that name comes first
     assert resolve("walker") == Path("walker") / "best"
 
@@ -239,3 +264,23 @@ def test_files_record_a_model_that_any_directory_finds_again(
     monkeypatch.chdir(saved.parent)
     assert recorded_name(saved.name) == str(saved / "best")  # a run directory, made absolute
     assert recorded_name("cheetah:rnd-v1") == "cheetah:rnd-v1"  # a shipped name, as given
+
+
+def test_a_file_made_with_a_replaced_default_finds_its_model_by_its_weights(
+    tmp_path: Path,
+) -> None:
+    """`walker` named the `cpu` walker until it was replaced: a task vector saved then
+    records that name and those weights, and loads on them (now `walker:rnd-v5`)."""
+    import rbfm
+    from rbfm.errors import ConfigError
+    from rbfm.policy_files import check_z, save_z
+
+    old = read_meta("walker:rnd-v5")
+    z = torch.ones(int(old["config"]["z_dim"]))
+    info = {"method": "er", "domain": "walker", "task": "walk", "checkpoint": "walker"}
+    path = save_z(tmp_path / "old.json", z, info | {"model_sha256": old["sha256"]})
+    imitation = rbfm.load_imitation(path)
+    assert imitation.model is not None and imitation.model.meta["sha256"] == old["sha256"]
+    # Checked against the new default, it says which model the file is of.
+    with pytest.raises(ConfigError, match=r"its model is `walker:rnd-v5` \(--checkpoint"):
+        check_z(path, z, info | {"model_sha256": old["sha256"]}, read_meta("walker"))

@@ -170,7 +170,7 @@ def test_first_hour_mistakes_are_clean_errors(
     assert main(["zero-shot", "--checkpoint", "cheeta"]) == 2
     err = capsys.readouterr().err  # every shipped model, named as --checkpoint takes it
     assert "shipped model: cheetah, cheetah:cpu, cheetah:rnd-nominal-paper, " in err
-    assert "quadruped, quadruped:rnd-rand, " in err and "walker:rnd-v4)" in err
+    assert "quadruped, quadruped:rnd-rand, " in err and "walker:rnd-v5)" in err
     assert all(f"walker:{label}" in err for label in ("rnd-rand", "rnd-rand-ctx", "aps"))
     meta = read_meta("walker")
     z = save_z(
@@ -221,9 +221,9 @@ def test_the_command_line_is_thin_and_declares_each_option_once() -> None:
 
     files = sorted(Path(cli.__file__).parent.glob("*.py"))
     sizes = [len(p.read_text().splitlines()) for p in files]
-    # 756: the planner's demonstrations (and where their episodes are kept) and the models
-    # listing are commands of their own, and `rbfm infer --set` reaches a method's config.
-    assert sum(sizes) <= 756 and max(sizes) <= 400
+    # Checks an option's value needs are declared with it (`Use.check`), and what a
+    # command does past its options is the Python API's (`call`).
+    assert sum(sizes) <= 700 and max(sizes) <= 400
     assert sum(p.read_text().count(".add_argument(") for p in files) == 3  # the generic ones
     sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     for name, parser in sub.choices.items():
@@ -263,3 +263,35 @@ def test_adapt_writes_the_chosen_z_and_says_how_it_chose(
     assert main([*adapt, "--episodes", "0", "--out", str(tmp_path / "none.json")]) == 2
     assert "budget: 0 episodes" in capsys.readouterr().err
     assert not (tmp_path / "none.json").exists()
+
+
+def test_infer_refuses_a_settings_or_preset_the_method_ignores_before_loading_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import numpy as np
+
+    from rbfm.data.demos import Demos, save_demos
+
+    rng = np.random.default_rng(0)
+    obs = [rng.standard_normal((51, 17)) for _ in range(2)]
+    acts = [np.clip(rng.standard_normal((50, 6)), -1, 1) for _ in range(2)]
+    demos = save_demos(tmp_path / "d.npz", Demos.from_arrays("cheetah", "run", obs, acts))
+    out = tmp_path / "z.json"
+    # A checkpoint that is not there: the refusal comes before any model loads.
+    base = ["infer", "--checkpoint", str(tmp_path / "none"), "--demos", str(demos)]
+    base += ["--num-demos", "2", "--out", str(out)]
+    for extra, message in [
+        (["--method", "er", "--settings", "paper"], "--settings 'paper' does nothing for er "
+         "(er's --settings: default; 'paper' is for fbil, rbfm-light, rbfm-heavy)"),
+        (["--method", "fm", "--settings", "paper"], "--settings 'paper' does nothing for fm"),
+        (["--method", "er", "--preset", "cpu"], "--preset 'cpu' does nothing for er (er takes "
+         "no --preset; 'cpu' is for drbc, bedroil)"),
+        (["--method", "goal", "--preset", "paper"], "--preset 'paper' does nothing for goal"),
+        (["--method", "fbil", "--preset", "cpu"], "--preset 'cpu' does nothing for fbil"),
+        (["--method", "drbc", "--settings", "default"], "--settings 'default' does nothing "
+         "for drbc (drbc takes no --settings;"),
+    ]:  # fmt: skip
+        assert main([*base, *extra]) == 2, extra
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.npz"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -22,8 +23,8 @@ from rbfm.errors import ConfigError
 from rbfm.experiments import LocalExecutor, from_dict, plan, read_table, run_experiment
 from rbfm.experiments.certificate import heavy_certificates, tv_certificates
 from rbfm.experiments.plan import Plan
-from rbfm.experiments.runner import Store, pending
-from rbfm.experiments.spec import PRESETS, with_overrides
+from rbfm.experiments.runner import RunSummary, Store, pending
+from rbfm.experiments.spec import CPU_WALKER, PRESETS, with_overrides
 from rbfm.experiments.table import read_adaptations
 from rbfm.fb import fb_config
 from rbfm.fb.checkpoint import read_meta, save_checkpoint
@@ -192,13 +193,18 @@ def test_invalid_experts_fail_naming_the_field(
     assert not any(tmp_path.iterdir())
 
 
+def _own_and_noisy(checkpoint: str, out: Path, episodes: int) -> RunSummary:
+    """A run of one task, level, seed and method, on the model's own and noisy experts."""
+    data = smoke_dict(checkpoint, experts=["own", "noisy"], seeds=[0], episodes=episodes)
+    data["models"][0].update(tasks=["walk"], levels=1)
+    data["methods"] = data["methods"][:1]
+    return run_experiment(from_dict(data), out, LocalExecutor(0), progress=False)
+
+
 def test_a_noisy_expert_demonstrates_with_noise_and_rows_name_it(
     checkpoint: str, tmp_path: Path
 ) -> None:
-    data = smoke_dict(checkpoint, experts=["own", "noisy"], seeds=[0], episodes=1)
-    data["models"][0].update(tasks=["walk"], levels=1)
-    data["methods"] = data["methods"][:1]
-    run = run_experiment(from_dict(data), tmp_path, LocalExecutor(0), progress=False)
+    run = _own_and_noisy(checkpoint, tmp_path, episodes=1)
     rows = read_table(run.results)
     assert sorted(r.expert for r in rows) == ["noisy", "own"]
     assert len({r.mean for r in rows}) == 2  # other demonstrations, another task vector
@@ -225,10 +231,7 @@ def test_the_experts_ceiling_is_the_expert_rolled_out_on_the_imitators_states(
     from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy, noisy_policy
     from rbfm.fb.checkpoint import load_checkpoint
 
-    data = smoke_dict(checkpoint, experts=["own", "noisy"], seeds=[0], episodes=3)
-    data["models"][0].update(tasks=["walk"], levels=1)
-    data["methods"] = data["methods"][:1]
-    run_experiment(from_dict(data), tmp_path, LocalExecutor(0), progress=False)
+    _own_and_noisy(checkpoint, tmp_path, episodes=3)
     with open(tmp_path / "experts.csv") as f:
         rows = {r["expert"]: r for r in csv.DictReader(f)}
     model, _ = load_checkpoint(checkpoint, device="cpu")
@@ -420,6 +423,27 @@ def test_toml_spec_round_trip(checkpoint: str, tmp_path: Path) -> None:
         ({"colour": 1}, "unknown field 'colour'"),
         ({"methods": [{"name": "gail"}]}, r"methods\[0\].name: unknown method 'gail'"),
         ({"methods": [{"name": "fbil", "eps": 0.5}]}, r"methods\[0\].eps: fbil has no"),
+        # A named settings the method would ignore: the reductions' configs have no paper one.
+        (
+            {"methods": [{"name": "er", "settings": "paper"}]},
+            r"methods\[0\].settings: settings 'paper' does nothing for er \(er's settings: ",
+        ),
+        (
+            {"methods": [{"name": "fm", "settings": "paper"}]},
+            r"methods\[0\].settings: settings 'paper' does nothing for fm ",
+        ),
+        (
+            {"methods": [{"name": "drbc", "settings": "paper"}]},
+            r"methods\[0\].settings: settings 'paper' does nothing for drbc \(drbc takes no",
+        ),
+        (
+            {"methods": [{"name": "fbil", "preset": "paper"}]},
+            r"spec.methods\[0\].preset: preset 'paper' does nothing for fbil \(fbil takes no",
+        ),
+        (
+            {"methods": [{"name": "fbil", "settings": "best"}]},
+            r"methods\[0\].settings: unknown settings 'best'; valid choices: default, paper$",
+        ),
         (
             {"methods": [{"name": "rbfm-light", "eps": 1.5}]},
             r"methods\[0\]: LightConfig.eps: 1.5 is out of range \(valid: a number in \[0, 1\]\)",
@@ -475,6 +499,36 @@ def test_invalid_models_fail_naming_the_field(
     with pytest.raises(ConfigError, match=message):
         run_experiment(from_dict(data), tmp_path, LocalExecutor(0))
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("levels", "found"),
+    [
+        ("3", "count"),
+        (["0.0", "25.0"], "count"),
+        ([0.0, 25.0], "count"),
+        (True, "count"),
+        (2.5, "count"),
+        ({"joint_friction": ["a"]}, "family"),
+        ({"joint_friction": "25"}, "family"),
+        ({"joint_friction": [True]}, "family"),
+        ({"joint_friction": [0.0, "25"]}, "family"),
+        ({"joint_friction": {"low": 0.0}}, "family"),
+    ],
+)
+def test_levels_of_the_wrong_type_are_refused_naming_the_file_and_field(
+    checkpoint: str, tmp_path: Path, levels: Any, found: str
+) -> None:
+    from rbfm.experiments import load_spec
+
+    data = smoke_dict(checkpoint)
+    data["models"][0]["levels"] = levels
+    path = tmp_path / "s.toml"
+    path.write_text(_toml(data))
+    field = f"{path}.models[0].levels" + (".joint_friction" if found == "family" else "")
+    expected = "a number or a list of numbers" if found == "family" else "a count of sweep levels"
+    with pytest.raises(ConfigError, match=rf"^{re.escape(field)}: expected {expected}"):
+        load_spec(str(path))
 
 
 def test_one_model_under_two_labels_is_refused(checkpoint: str, tmp_path: Path) -> None:
@@ -735,7 +789,13 @@ def test_the_grid_covers_every_shipped_default_model_and_question() -> None:
         ("quadruped", "rnd"),
         ("cheetah", "rnd"),
     }
-    assert all(m.checkpoint == "shipped" and not m.tasks and not m.families for m in spec.models)
+    # Walker's cells are the `cpu` walker's, walker's default when the grid ran.
+    assert all(
+        m.checkpoint == (CPU_WALKER if (m.domain, m.dataset) == ("walker", "rnd") else "shipped")
+        and not m.tasks
+        and not m.families
+        for m in spec.models
+    )
     labels = {(m.name, m.settings) for m in spec.methods}
     assert {("fbil", "default"), ("rbfm-light", "paper"), ("rbfm-heavy", "paper")} <= labels
     assert {"drbc", "bedroil"} <= {m.name for m in spec.methods}
@@ -896,7 +956,7 @@ def test_a_planner_expert_plans_runs_and_resumes_from_its_kept_episodes(
         assert {c.level for c in only.ceilings} == levels
     # Planner settings are checked before anything runs, naming the field.
     data["mpc"] = {"samples": 0}
-    with pytest.raises(ConfigError, match=r"mpc: mpc samples: 0 is out of range"):
+    with pytest.raises(ConfigError, match=r"^mpc\.samples: 0 is out of range"):
         plan(from_dict(data))
     data.update(mpc={"samples": 8}, experts=["own"])
     with pytest.raises(ConfigError, match='no expert source is "mpc"'):
@@ -955,3 +1015,24 @@ def test_the_runner_carries_the_goal_reduction_as_a_z_per_step(
     data["adapt"] = [{"budget": 2, "methods": ["goal"]}]
     with pytest.raises(ConfigError, match="'goal' is not an FB method with one task vector"):
         plan(from_dict(data))
+
+
+def test_presets_computed_on_the_cpu_walker_keep_it_under_the_names_they_ran_with() -> None:
+    """Walker's default changed after the presets ran: each keeps the `cpu` walker (its
+    cells and experts' labels unchanged), and only `paper` takes the new default."""
+    from rbfm.experiments.plan import plan
+    from rbfm.fb.checkpoint import read_meta, resolve
+
+    new = read_meta(resolve("walker"))["sha256"]
+    old = read_meta(resolve(CPU_WALKER))["sha256"]
+    for name in ("shift-paper-fbil-walker", "shift-fbil-walker", "external-walker", "paper"):
+        cells = plan(PRESETS[name]).demos
+        walker = [c for c in cells if c.model.domain == "walker"]
+        models = {c.model.sha256 for c in walker if c.model.dataset == "rnd"}
+        experts = {c.expert.sha256 for c in walker if c.expert.name != "mpc"}
+        assert models == ({new} if name == "paper" else {old}), name
+        assert new not in experts or name == "paper", name
+    # An expert named for walker's default keeps its name in the results' rows.
+    names = {c.expert.name for c in plan(PRESETS["shift-paper-fbil-walker"]).demos}
+    assert names == {"noisy:walker"}
+    assert {c.expert.sha256 for c in plan(PRESETS["shift-paper-fbil-walker"]).demos} == {old}

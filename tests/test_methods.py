@@ -19,6 +19,7 @@ from rbfm.methods import (
     REDUCTION_METHODS,
     REGISTRY,
     SEQUENCE_METHODS,
+    check_named,
     display_label,
     get_method,
 )
@@ -41,7 +42,12 @@ def test_every_consumer_reads_the_registry() -> None:
         if m.kind == "goals":  # nothing fitted: no settings of the paper's to name
             continue
         assert m.config in {inference.METHODS.get(name, (None, None))[1], *_baseline_configs()}
-        assert set(m.presets) >= {"paper"}
+        # Its named choices: a baseline's presets, else the settings that change its config.
+        assert m.presets == (
+            ("paper", "cpu")
+            if m.kind == "baseline"
+            else tuple(n for n, of in inference.SETTINGS.items() if n == "default" or of[name])
+        )
         assert figures._COLOURS[name] == m.colour
 
 
@@ -75,3 +81,30 @@ def test_an_unknown_override_names_the_method_and_its_fields() -> None:
     with pytest.raises(ConfigError, match=r"^drbc: no field bf16, stepz \(valid: .*steps"):
         baselines.baseline_config("drbc", "cpu", "walker", {"stepz": 1, "bf16": True})
     assert inference.method_config("rbfm-light", "default", eps=0.5).eps == 0.5
+
+
+def test_a_named_choice_the_method_would_ignore_is_refused_naming_the_methods_that_take_it() -> (
+    None
+):
+    """One check for the command line's --settings and --preset and the API's settings=:
+    a name no method takes, or one this method would ignore, is refused."""
+    assert REGISTRY["er"].presets == REGISTRY["fm"].presets == ("default",)  # paper = default
+    assert REGISTRY["fbil"].presets == ("default", "paper")
+    check_named("er", "default", "--settings")
+    check_named("drbc", "cpu", "--preset")
+    check_named("rbfm-heavy", "paper")
+    check_named("bedroil", None, "--settings")  # not given
+    with pytest.raises(
+        ConfigError, match=r"^unknown --settings 'cpu'; valid choices: default, paper$"
+    ):
+        check_named("fbil", "cpu", "--settings")
+    with pytest.raises(
+        ConfigError, match=r"^unknown settings 'x'; valid choices: default, paper, cpu$"
+    ):
+        check_named("goal", "x")
+    with pytest.raises(ConfigError, match=r"^--settings 'paper' does nothing for er \(er's "):
+        check_named("er", "paper", "--settings")
+    with pytest.raises(ConfigError, match=r"goal takes no --preset; 'cpu' is for drbc, bedroil\)$"):
+        check_named("goal", "cpu", "--preset")
+    with pytest.raises(ConfigError, match="valid choices: fbil, rbfm-light"):
+        check_named("gail", None)

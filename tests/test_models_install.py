@@ -3,6 +3,7 @@ folder, then RBFM_MODELS; a model that neither holds stops with how to get it.""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -56,23 +57,26 @@ def bare(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_the_list_is_the_clones_models_with_their_sizes() -> None:
     assert len(STEMS) == len(MODELS) == 26
     assert sorted(MODELS) == STEMS
-    for stem, (size_mb, _) in MODELS.items():
+    for stem, (size_mb, *_) in MODELS.items():
         files = (ASSETS / f"{stem}.json", ASSETS / f"{stem}.safetensors")
         assert round(sum(f.stat().st_size for f in files) / 1e6, 1) == size_mb, stem
 
 
 def test_the_docs_table_has_every_model_with_the_listings_numbers() -> None:
-    rows = {
-        m.group(1): m.group(0)
-        for m in re.finditer(
-            r"^\| `([a-z:0-9-]+)` \|.*$", (ROOT / "docs/models.md").read_text(), re.M
-        )
-    }
+    rows: dict[str, str] = {}
+    for m in re.finditer(r"^\| `([a-z:0-9-]+)` \|.*$", (ROOT / "docs/models.md").read_text(), re.M):
+        rows.setdefault(m.group(1), m.group(0))  # the first table's: later ones name models too
     assert sorted(rows) == sorted(model_name(s) for s in MODELS)
-    for stem, (size_mb, zero_shot) in MODELS.items():
+    for stem, (size_mb, zero_shot, task_means) in MODELS.items():
         cells = [c.strip() for c in rows[model_name(stem)].strip("|").split("|")]
         assert cells[3] == f"{size_mb:.1f}", stem
-        assert cells[4].startswith(zero_shot.split()[0]), stem
+        # The IQM alone; else the figure and its kind, "(mean)" or "(task means)": a range.
+        if zero_shot is not None:
+            assert cells[4] == zero_shot and task_means is None, stem
+        else:
+            assert task_means is not None, stem
+            figure, kind = task_means.split()
+            assert cells[4] == f"{figure} ({ {'mean': 'mean', 'range': 'task means'}[kind] })", stem
         assert cells[5] == ("wheel and clone" if stem in WHEEL else "clone"), stem
 
 
@@ -159,7 +163,9 @@ def test_a_model_not_installed_says_in_one_line_how_to_get_it(
     assert "\n" not in message
     assert "`pip install -e .`" in message
     assert "RBFM_MODELS=/path/to/clone/src/rbfm/assets" in message
-    with pytest.raises(ModelNotInstalled, match=r"^walker \(walker_rnd, 3.4 MB\) is not"):
+    with pytest.raises(
+        ModelNotInstalled, match=r"^walker \(walker_rnd-nominal-paper, 32.7 MB\) is"
+    ):
         resolve("walker")  # not replaced by another walker model
     assert models_table().splitlines()[-1] == "0 of 26 installed"
     # The command line prints it as one line; docs/models.md shows that line.
@@ -178,7 +184,105 @@ def test_rbfm_models_lists_every_model_installed_in_a_clone(
     rows = {line.split()[0]: line.split() for line in lines[1:27]}
     assert sorted(rows) == sorted(model_name(s) for s in STEMS)
     assert rows["cheetah:rnd-v1"][-4:] == ["package", "in", "the", "wheel"]
-    assert rows["walker"][1:4] == ["walker", "3.4", "487.9"]
+    assert rows["walker"][1:4] == ["walker", "32.7", "644.0"]
+    assert rows["walker:rnd-v5"][1:4] == ["walker", "3.4", "487.9"]  # the replaced default
     assert rows["walker"][-2:] == ["package", "clone"]
     rbfm.list_models()
     assert capsys.readouterr().out.splitlines() == lines
+
+
+def test_rbfm_models_naming_no_folder_is_said_in_the_listing_and_every_no_such_model_error(
+    bare: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    for path, why in [(tmp_path / "nowhere", "no such path"), (tmp_path / "a-file", "a file")]:
+        said = f"RBFM_MODELS={path} is not a folder ({why})"
+        monkeypatch.setenv("RBFM_MODELS", str(path))
+        assert said in models_table().splitlines()[-2]
+        with pytest.raises(ModelNotInstalled, match=re.escape(said)):
+            resolve("walker:aps")  # a model of rbfm's that no folder holds
+        with pytest.raises(checkpoint.CheckpointError, match=re.escape(said)):
+            resolve("walker:xyz")  # a name no model has
+        with pytest.raises(checkpoint.CheckpointError, match=re.escape(said)):
+            read_meta("cheeta")  # no domain's name either
+        assert main(["zero-shot", "--checkpoint", "walker:aps"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and said in err
+
+
+def _own_folder(tmp_path: Path) -> Path:
+    """A model folder with a good model of the user's and four bad ones: a folder named as a
+    description, a description without a domain, one that is not JSON, one without weights."""
+    own = tmp_path / "own"
+    own.mkdir()
+    for ext in (".json", ".safetensors"):
+        shutil.copy(ASSETS / f"walker_aps{ext}", own / f"walker_mine{ext}")
+        shutil.copy(ASSETS / f"walker_aps{ext}", own / f"walker_nodomain{ext}")
+    (own / "walker_folder.json").mkdir()
+    meta = read_meta("walker:aps")
+    del meta["domain"]
+    (own / "walker_nodomain.json").write_text(json.dumps(meta))
+    (own / "walker_garbled.json").write_text("{not json")
+    shutil.copy(ASSETS / "walker_aps.json", own / "walker_noweights.json")
+    return own
+
+
+def test_one_bad_description_does_not_break_the_listing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("RBFM_MODELS", str(_own_folder(tmp_path)))
+    assert main(["models"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = _cells(lines)
+    assert len(rows) == 31
+    assert (rows["walker:mine"]["where"], rows["walker:mine"]["get it"]) == ("RBFM_MODELS", "-")
+    assert (rows["walker:aps"]["where"], rows["walker:aps"]["get it"]) == ("package", "clone")
+    assert rows["walker:noweights"]["where"] == "no-weights"
+    for name in ("walker:folder", "walker:nodomain", "walker:garbled"):
+        assert rows[name]["where"] == "broken", name
+    notes = "\n".join(lines[32:])
+    assert re.search(
+        r"walker:folder is broken: .*walker_folder\.json: cannot read it \(Is a directory\)", notes
+    )
+    assert re.search(
+        r"walker:nodomain is broken: .*walker_nodomain\.json: records no domain \(valid: ", notes
+    )
+    assert re.search(r"walker:garbled is broken: .*walker_garbled\.json: not valid JSON", notes)
+    assert lines[-1] == "27 of 31 installed"
+    rbfm.list_models()
+    assert capsys.readouterr().out.splitlines() == lines
+    # Loading a broken one is refused in one line, naming its file.
+    for name, why in [("walker:folder", "cannot read it"), ("walker:nodomain", "no domain")]:
+        with pytest.raises(checkpoint.CheckpointError, match=why):
+            load_checkpoint(name)
+    assert load_checkpoint("walker:mine")[1]["domain"] == "walker"
+
+
+def _cells(table: list[str]) -> dict[str, dict[str, str]]:
+    """The listing's rows (those above its footnote) by model name, each cell by its
+    header, cut where the header's column starts (MB's, right-aligned, after domain's)."""
+    names = ["model", "domain", "MB", "zero-shot", "task means", "where", "get it"]
+    starts = [0 if n == "MB" else table[0].index(n) for n in names]
+    starts[2] = starts[1] + len("domain")
+    rows = table[1 : next(i for i, t in enumerate(table) if t.startswith("zero-shot: "))]
+    cuts = list(zip(names, starts, [*starts[1:], None], strict=True))
+    return {r.split()[0]: {n: r[a:b].strip() for n, a, b in cuts} for r in rows}
+
+
+def test_rbfm_models_says_where_in_one_word_and_puts_one_kind_of_figure_in_a_column(
+    bare: Path,
+) -> None:
+    shutil.copy(ASSETS / "walker_aps.json", bare / "walker_aps.json")  # its weights missing
+    lines = models_table().splitlines()
+    rows = _cells(lines)
+    assert len(rows) == 26
+    for name, row in rows.items():
+        assert row["zero-shot"] == "-" or re.fullmatch(r"\d+\.\d", row["zero-shot"]), name
+        assert (row["zero-shot"] == "-") != (row["task means"] == "-"), name  # one or other
+        assert row["where"] == ("no-weights" if name == "walker:aps" else "missing"), name
+    assert rows["cheetah:cpu"]["task means"] == "41.1-412.4 range"
+    assert rows["quadruped:rnd-rand"]["task means"] == "121.8 mean"
+    assert rows["walker"]["zero-shot"] == "644.0"
+    footnote = next(line for line in lines[27:] if line.startswith("zero-shot: IQM over all"))
+    assert "; task means: their mean or their range, where no IQM was recorded" in footnote
+    assert lines[-1] == "0 of 26 installed"

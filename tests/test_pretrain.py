@@ -191,6 +191,7 @@ def test_cli_pipeline_from_pretraining_to_a_sweep(
     dataset: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from rbfm.cli import main
+    from rbfm.methods import FB_METHODS
 
     run = pretrain(_cfg(dataset, tmp_path / "run", 40), progress=False)
     table = tmp_path / "zero_shot.csv"
@@ -235,101 +236,32 @@ def test_cli_pipeline_from_pretraining_to_a_sweep(
     assert load_demos(demos).meta["z_source"] == "checkpoint"
     assert "task_z" in read_meta(run / "best")
     zs = []
-    for method in ("fbil", "rbfm-light", "rbfm-heavy"):
-        z = tmp_path / f"{method}.json"
-        assert (
-            main(
-                [
-                    "infer",
-                    "--checkpoint",
-                    str(run),
-                    "--demos",
-                    str(demos),
-                    "--method",
-                    method,
-                    "--steps",
-                    "20",
-                    "--num-demos",
-                    "2",
-                    "--out",
-                    str(z),
-                ]
-            )
-            == 0
-        )
-        zs.append(str(z))
-    for method in ("drbc", "bedroil"):  # baselines: no FB model, same demos and seed
-        stem = tmp_path / method
-        assert (
-            main(
-                [
-                    "infer",
-                    "--demos",
-                    str(demos),
-                    "--method",
-                    method,
-                    "--steps",
-                    "20",
-                    "--num-demos",
-                    "2",
-                    "--out",
-                    str(stem),
-                ]
-            )
-            == 0
-        )
-        zs.append(str(stem.with_suffix(".json")))
+    for method in ("fbil", "rbfm-light", "rbfm-heavy", "drbc", "bedroil"):
+        # A baseline takes no FB model: the same demos and seed, and a policy stem.
+        model = ["--checkpoint", str(run)] if method in FB_METHODS else []
+        out = tmp_path / (f"{method}.json" if model else method)
+        infer = ["infer", *model, "--demos", str(demos), "--method", method, "--steps", "20"]
+        assert main([*infer, "--num-demos", "2", "--out", str(out)]) == 0
+        zs.append(str(out.with_suffix(".json")))
     table = tmp_path / "sweep.csv"
-    assert (
-        main(
-            [
-                "evaluate",
-                "--checkpoint",
-                str(run),
-                "--z",
-                *reversed(zs),  # rows come in the paper's order whatever the file order
-                "--task",
-                "walk",
-                "--perturbation",
-                "actuator_strength",
-                "--levels",
-                "0",
-                "30",
-                "--episodes",
-                "2",
-                "--out",
-                str(table),
-            ]
-        )
-        == 0
-    )
+    evaluate = ["evaluate", "--checkpoint", str(run), "--task", "walk"]
+    evaluate += ["--perturbation", "actuator_strength"]
+    # The rows come in the paper's order whatever the files' order.
+    sweep = [*evaluate, "--z", *reversed(zs), "--levels", "0", "30", "--episodes", "2"]
+    assert main([*sweep, "--out", str(table)]) == 0
     png = tmp_path / "sweep.png"
     assert main(["plot", str(table), str(table), "--out", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # Another suffix gets .png appended: PNG bytes are never written under `.jpg`.
+    assert main(["plot", str(table), "--out", str(tmp_path / "sweep.jpg")]) == 0
+    assert (tmp_path / "sweep.jpg.png").is_file() and not (tmp_path / "sweep.jpg").exists()
     rows = _csv(table)
     assert [(r["method"], r["level"]) for r in rows] == [
         (m, lvl)
         for lvl in ("0.0", "30.0")
         for m in ("fbil", "rbfm-light", "rbfm-heavy", "drbc", "bedroil")
     ]
-    assert (
-        main(
-            [
-                "evaluate",
-                "--checkpoint",
-                str(run),
-                "--z",
-                zs[0],
-                "--task",
-                "walk",
-                "--perturbation",
-                "actuator_strength",
-                "--levels",
-                "31",
-            ]
-        )
-        == 2
-    )
+    assert main([*evaluate, "--z", zs[0], "--levels", "31"]) == 2
     assert (
         "level 31.0 is outside the range of cheetah/actuator_strength [0, 30]"
         in capsys.readouterr().err
@@ -359,17 +291,27 @@ def test_quickstart_pipeline_on_a_tiny_model(
         out=str(tmp_path / "qs"),
         checkpoint=str(run),
         demos=4,
-        seeds=2,
+        seeds=3,
         inference_steps=10,
         episodes=2,
     )
     outer = torch.get_num_threads()
     request.addfinalizer(lambda: torch.set_num_threads(outer))
     torch.set_num_threads(2)
+    drawn: list[int] = []
+    real_infer = rbfm.inference.infer
+
+    def recording_infer(model: Any, demos: Any, *args: Any, **kwargs: Any) -> Any:
+        drawn.append(round(float(demos.returns.sum()), 6))
+        return real_infer(model, demos, *args, **kwargs)
+
+    monkeypatch.setattr(rbfm.inference, "infer", recording_infer)
     rows = quickstart(cfg)
     assert threads == [1] and torch.get_num_threads() == 2
+    # Each seed imitates demonstrations of its own: the CI across seeds is not one draw's.
+    assert len(drawn) == 3 * 3 and len(set(drawn[:3])) == 3 and drawn[:3] * 3 == drawn
     assert len(rows) == 3 * 6  # three methods at the family's six levels
-    assert {r.seeds for r in rows} == {2}
+    assert {r.seeds for r in rows} == {3}
     for name in ("sweep.csv", "sweep.png", "summary.json"):
         assert (tmp_path / "qs" / name).stat().st_size > 0
     line = reading(rows)
@@ -377,6 +319,10 @@ def test_quickstart_pipeline_on_a_tiny_model(
     # Display names, as the plot's legend has them, not method ids.
     assert all(name in line for name in ("FB-IL", "RBFM-Light", "RBFM-Heavy"))
     assert "fbil" not in line and "rbfm-" not in line
+    with pytest.raises(ConfigError, match="3 seeds x 2 demonstrations need 6 distinct"):
+        QuickstartConfig(demos=5, seeds=3, num_demos=2)
+    with pytest.raises(ConfigError, match=r"quickstart.num_demos: 0 is out of range"):
+        QuickstartConfig(num_demos=0)
 
 
 def test_observation_statistics_come_from_the_training_data(dataset: Path, tmp_path: Path) -> None:

@@ -23,6 +23,8 @@ from rbfm.inference.fm import (
     fm_losses,
     fm_objective,
     horizon,
+    score,
+    starts_and_targets,
 )
 from rbfm.inference.fm import infer as fm_infer
 from rbfm.inference.goal import (
@@ -93,6 +95,12 @@ def test_fm_finds_the_exact_minimiser_when_f_is_known(model: FBModel, demos: Dem
         )
     assert torch.allclose(result.z, project(targets.mean(0), model.radius), atol=1e-3)
     assert result.objective <= result.trace[0]
+    # The score of a z is the objective there: F = z makes it ||z - e_k||^2 / d exactly.
+    obs, target = starts_and_targets(exact, demos, cfg)
+    z = project(torch.randn(model.cfg.z_dim), model.radius)
+    assert score(exact, obs, target, z) == pytest.approx(float((z - target).square().mean()))
+    assert score(exact, obs, target, result.z) == pytest.approx(result.objective)
+    assert score(exact, obs, target, result.z) < score(exact, obs, target, z)
 
 
 def test_fm_is_deterministic_for_a_seed_and_refuses_short_demonstrations(

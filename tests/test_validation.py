@@ -110,7 +110,7 @@ def test_infer_refuses_before_writing(
         (["--method", "fbil", "--steps", "0"], "FBILConfig.steps: 0 is out of range"),
         (["--method", "drbc", "--steps", "0"], "DRBCConfig.steps: 0 is out of range"),
         (["--method", "drbc", "--bf16"], "--bf16: FB methods only, not drbc"),
-        (["--method", "bedroil", "--settings", "paper"], "--settings: FB methods only"),
+        (["--method", "bedroil", "--settings", "paper"], "--settings 'paper' does nothing for"),
         (["--method", "bedroil", "--eps", "500"], "BEDROILConfig.eps: 500.0 is out of range"),
         (["--method", "fbil", "--eps", "0.5"], "eps applies to the robust methods only, not fbil"),
     ]
@@ -278,3 +278,42 @@ def test_a_family_without_a_level_names_what_would_do() -> None:
         make_env("cheetah", "run", "joint_friction")
     with pytest.raises(ConfigError, match=r"level 3 needs .* \(walker: gravity, body_mass, joint"):
         EnvSpec("walker", "walk", None, 3.0).checked()
+
+
+@pytest.mark.parametrize("meta", ['["cheetah", "run"]', '"cheetah"', "42", "null"])
+def test_a_demonstrations_file_whose_meta_is_not_a_table_is_refused_by_name(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], meta: str
+) -> None:
+    with np.load(files["demos"]) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    path = tmp_path / "bad.npz"
+    np.savez(path, **{**arrays, "meta": np.array(meta)})
+    message = f"{path}: meta must be a JSON table (domain, task, ...), found "
+    with pytest.raises(DatasetError, match=re.escape(message)):
+        load_demos(path)
+    out = tmp_path / "z.json"
+    base = ["infer", "--checkpoint", str(files["model"]), "--method", "fbil"]
+    _fails([*base, "--demos", str(path), "--out", str(out)], message, capsys)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16, torch.int64])
+def test_a_goal_file_in_another_dtype_is_refused_by_name(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str], dtype: torch.dtype
+) -> None:
+    import rbfm
+    from rbfm.inference.goal import GoalSequences, write_goals
+
+    meta = json.loads((files["root"] / "model.json").read_text())
+    d = meta["config"]["z_dim"]
+    z = project(torch.randn(5, d), d**0.5)
+    goals = GoalSequences([z.to(dtype)], z[:1].to(dtype), 0.0)
+    info = {"method": "goal", "domain": "cheetah", "task": "run"}
+    model = {"checkpoint": str(files["model"]), "model_sha256": meta["sha256"]}
+    path = write_goals(tmp_path / "goals.v1", goals, info | model)
+    message = f"{tmp_path / 'goals.v1.safetensors'}: starts is {str(dtype)[6:]}; goal sequences"
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        rbfm.load_imitation(path)
+    out = tmp_path / "table.csv"
+    _fails(["evaluate", "--z", str(path), "--episodes", "1", "--out", str(out)], message, capsys)
+    assert not out.exists()

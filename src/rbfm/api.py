@@ -127,8 +127,10 @@ class Imitation:
         return as_policy(self.network)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
-        """A task-vector file (`.json`), or a policy's or goal sequences' `.json` and
-        `.safetensors` pair."""
+        """A task-vector file (`path` as given), or a policy's or goal sequences' `.json`
+        and `.safetensors` pair (`x.v2.json` or `x.v2`: `x.v2.json`, `x.v2.safetensors`);
+        returns the `.json` path."""
+        from rbfm.atomic import beside, stem_of
         from rbfm.baselines import write_policy
         from rbfm.inference.goal import write_goals
         from rbfm.policy_files import save_z
@@ -139,15 +141,13 @@ class Imitation:
             name = recorded_name(self.model.name)
             sha = {"model_sha256": self.model.meta["sha256"], "checkpoint": name}
             if self.goals is not None:  # a .json description beside a .safetensors
-                return write_goals(
-                    Path(path).with_suffix(""), self.goals, meta | sha | (self.info or {})
-                )
+                return write_goals(stem_of(path), self.goals, meta | sha | (self.info or {}))
             assert self.z is not None
             return save_z(Path(path), self.z, meta | sha | (self.info or {}))
         assert self.network is not None
-        stem = Path(path).with_suffix("")
+        stem = stem_of(path)
         write_policy(stem, self.method, self.network, self.domain, meta | (self.info or {}))
-        return stem.with_suffix(".json")
+        return beside(stem, ".json")
 
 
 @one_torch_thread
@@ -160,13 +160,15 @@ def imitate(
     **overrides: Any,
 ) -> Imitation:
     """Infers a policy for `demos` with `method`. `settings`: the FB methods' named
-    settings ("default", "paper") or the baselines' preset ("cpu", "paper"); `overrides`
+    settings ("default", "paper") or the baselines' preset ("cpu", "paper"), refused for a
+    method that would ignore it (`rbfm.methods.check_named`); `overrides`
     set fields of the method's config (e.g. eps=0.5, steps=2000). `model`: a `Model`, or
     what `load_model` takes (a shipped model's name, a run directory, a checkpoint)."""
     from rbfm.baselines import train_baseline
     from rbfm.inference import infer
-    from rbfm.methods import get_method
+    from rbfm.methods import check_named, get_method
 
+    check_named(method, settings)  # before the model loads
     if model is not None and not isinstance(model, Model):
         model = load_model(model)
     if get_method(method).kind == "goals":  # a z per step, not one task vector
@@ -250,7 +252,7 @@ def load_imitation(path: str | os.PathLike[str], model: Model | None = None) -> 
     model it was inferred for: by default the one its file records, else `model` (both
     checked against the weights' hash the file records)."""
     from rbfm.inference.goal import GoalSequences
-    from rbfm.policy_files import check_z, load_any
+    from rbfm.policy_files import check_z, load_any, recorded_model
 
     method, z, network, info = load_any(path)
     goals = network if isinstance(network, GoalSequences) else None
@@ -258,7 +260,7 @@ def load_imitation(path: str | os.PathLike[str], model: Model | None = None) -> 
         if model is None:
             if not info.get("checkpoint"):
                 raise ConfigError(f"{path}: a task vector that records no model; pass model=")
-            model = load_model(str(info["checkpoint"]))
+            model = load_model(recorded_model(info))
         first = goals.z[0][0] if goals is not None else z
         assert first is not None
         check_z(path, first, info, model.meta)

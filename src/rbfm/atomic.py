@@ -16,6 +16,21 @@ from rbfm.errors import ConfigError
 # by `.*.part`.
 TMP_SUFFIX = ".part"
 
+# A model, policy or goal sequences is a pair of files named by one stem.
+PAIR = (".json", ".safetensors")
+
+
+def beside(stem: Path, suffix: str) -> Path:
+    """`stem` with `suffix` appended (`x.v2` -> `x.v2.json`): `with_suffix` would put it in
+    place of a dotted stem's last part (`x.json`), another file, perhaps someone's."""
+    return stem.with_name(stem.name + suffix)
+
+
+def stem_of(path: str | os.PathLike[str], suffixes: tuple[str, ...] = PAIR) -> Path:
+    """`path` less one of `suffixes` (`x.v2.json` -> `x.v2`), else as given (`x.v2`)."""
+    path = Path(path)
+    return path.with_suffix("") if path.suffix in suffixes else path
+
 
 def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     """Calls `write` on a hidden temporary path beside `path`, then renames it into place."""

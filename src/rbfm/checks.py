@@ -52,7 +52,10 @@ def in_range(
         right = ")" if open_high or high is None else "]"
         bounds = f"{left}{lo}, {hi}{right}"
         what = "an integer" if integer else "a number"
-        raise ConfigError(f"{owner}.{name}: {value!r} is out of range (valid: {what} in {bounds})")
+        # A value of another type (a string, a bool) is not out of range: it is no number.
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        problem = "is out of range" if number else "is not a number"
+        raise ConfigError(f"{owner}.{name}: {value!r} {problem} (valid: {what} in {bounds})")
 
 
 def positive_ints(owner: str, name: str, values: tuple[int, ...]) -> None:
@@ -65,18 +68,22 @@ def positive_ints(owner: str, name: str, values: tuple[int, ...]) -> None:
 # Command-line values, checked before any compute is spent on them.
 
 
-def assignments(items: list[str]) -> tuple[tuple[str, Any], ...]:
-    """`--set` KEY=VALUE pairs; VALUE is read as JSON (numbers, lists, true), else a string."""
+def assignments(items: list[str], option: str = "--set") -> tuple[tuple[str, Any], ...]:
+    """`option`'s KEY=VALUE pairs; VALUE is read as JSON (numbers, lists, true), else a
+    string. A key given twice is refused rather than its last value silently winning."""
     pairs = []
     for item in items:
         key, sep, raw = item.partition("=")
         if not sep or not key:
-            raise ConfigError(f"--set: expected KEY=VALUE, got {item!r}")
+            raise ConfigError(f"{option}: expected KEY=VALUE, got {item!r}")
         try:
             value = json.loads(raw)
         except json.JSONDecodeError:
             value = raw
         pairs.append((key, value))
+    keys = [k for k, _ in pairs]
+    if again := sorted({k for k in keys if keys.count(k) > 1}):
+        raise ConfigError(f"{option} {', '.join(again)}: given more than once")
     return tuple(pairs)
 
 
@@ -84,11 +91,7 @@ def overrides(named: Mapping[str, Any], items: list[str]) -> dict[str, Any]:
     """Options given by name (None: not given) with `--set` KEY=VALUE pairs on top; a key
     given both ways is refused rather than one of them silently winning."""
     given = {k: v for k, v in named.items() if v is not None}
-    listed = assignments(items)
-    keys = [k for k, _ in listed]
-    if again := sorted({k for k in keys if keys.count(k) > 1}):
-        raise ConfigError(f"--set {', '.join(again)}: given more than once")
-    pairs = dict(listed)
+    pairs = dict(assignments(items))
     if twice := sorted(given.keys() & pairs.keys()):
         raise ConfigError(f"--set {', '.join(twice)}: given again as --{' --'.join(twice)}")
     return given | pairs
@@ -114,21 +117,21 @@ def out_file(path: str | os.PathLike[str] | None, made: bool = False) -> None:
     _takes_files(folder)
 
 
-def out_dir(path: str | os.PathLike[str]) -> None:
+def out_dir(path: str | os.PathLike[str], option: str = "--out") -> None:
     """An output folder (made if missing) must not be a file, nor lie under one, and the
-    nearest folder of it that exists must take new files."""
+    nearest folder of it that exists must take new files; errors name `option`."""
     for p in (Path(path), *Path(path).parents):
         if p.exists():
             if not p.is_dir():
-                raise ConfigError(f"--out: {p} is a file; give a folder")
-            return _takes_files(p)
+                raise ConfigError(f"{option}: {p} is a file; give a folder")
+            return _takes_files(p, option)
 
 
-def _takes_files(folder: Path) -> None:
+def _takes_files(folder: Path, option: str = "--out") -> None:
     """Creates and drops a nameless file in `folder`: permission bits do not tell (root
     writes through them; /proc and read-only mounts refuse new files all the same)."""
     try:
         with tempfile.TemporaryFile(dir=folder):
             pass
     except OSError as e:
-        raise ConfigError(f"--out: cannot write into {folder} ({e.strerror})") from None
+        raise ConfigError(f"{option}: cannot write into {folder} ({e.strerror})") from None

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rbfm.errors import InUseError
+from rbfm.errors import ConfigError, InUseError
 
 LOCK_NAME = "run.lock"
 
@@ -27,7 +28,7 @@ def hold(folder: str | os.PathLike[str]) -> Iterator[None]:
         yield
         return
     root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _open(root / LOCK_NAME)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -46,3 +47,26 @@ def hold(folder: str | os.PathLike[str]) -> Iterator[None]:
             _HELD.discard(root)
     finally:
         os.close(fd)  # releases the lock
+
+
+def _open(lock: Path) -> int:
+    """The lock file, opened for writing, or a one-line refusal: the holder's id is
+    written into it, so a lock that is a link, symbolic or hard, would overwrite the file
+    it links to; any other kind of file is no lock either."""
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as e:
+        if lock.is_symlink():
+            raise ConfigError(
+                f"{lock}: a symbolic link; remove it (a run makes its own lock file)"
+            ) from None
+        advice = "remove it or choose another folder" if lock.exists() else "choose another folder"
+        raise ConfigError(
+            f"{lock}: cannot be this run's lock file ({e.strerror}); {advice}"
+        ) from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+        os.close(fd)
+        why = "a hard link of another file" if stat.S_ISREG(info.st_mode) else "not a plain file"
+        raise ConfigError(f"{lock}: cannot be this run's lock file ({why}); remove it")
+    return fd

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rbfm import baselines, inference
-from rbfm.errors import unknown
+from rbfm.errors import ConfigError, unknown
 from rbfm.inference.goal import GoalConfig
 
 
@@ -27,7 +27,8 @@ class Method:
     # "baseline": a policy network
     kind: str
     config: type  # the config dataclass
-    presets: tuple[str, ...]  # named settings (FB methods) or presets (baselines)
+    # The names it reads: named settings (FB methods, goal) or presets (baselines).
+    presets: tuple[str, ...]
     robust: bool  # has a robustness radius eps
     colour: str
     marker: str
@@ -38,12 +39,19 @@ class Method:
     def is_fb(self) -> bool:
         return self.kind == "fb"
 
+    @property
+    def option(self) -> str:
+        """The option its names come by (`rbfm infer`, specs): baselines' `preset`, the
+        others' `settings`."""
+        return "preset" if self.kind == "baseline" else "settings"
+
 
 def _fb(
     name: str, display: str, robust: bool, colour: str, marker: str, reduction: bool = False
 ) -> Method:
     config = inference.METHODS[name][1]
-    presets = tuple(inference.SETTINGS)
+    # Only the settings that change its config: `paper` is not one of the reductions'.
+    presets = tuple(s for s, of in inference.SETTINGS.items() if s == "default" or of[name])
     return Method(name, display, "fb", config, presets, robust, colour, marker, reduction)
 
 
@@ -88,6 +96,34 @@ def get_method(name: str) -> Method:
     if name not in REGISTRY:
         raise unknown("method", name, REGISTRY)
     return REGISTRY[name]
+
+
+def check_named(method: str, name: str | None, option: str | None = None) -> None:
+    """Refuses, before any compute, a named settings or preset that `method` would ignore.
+
+    `option`: `settings` or `preset` (dashed on the command line), each read by its own
+    methods (`Method.option`); None for `rbfm.imitate`'s `settings`, which names either.
+    `name` None: not given.
+    """
+    get_method(method)
+    if name is None:
+        return
+    what = option or "settings"
+    takers = {
+        n: m.presets
+        for n, m in REGISTRY.items()
+        if option is None or option.lstrip("-") == m.option
+    }
+    known = dict.fromkeys(p for names in takers.values() for p in names)
+    if name not in known:
+        raise unknown(what, name, known)
+    mine = takers.get(method, ())
+    if name not in mine:
+        readers = ", ".join(n for n, names in takers.items() if name in names)
+        own = f"{method}'s {what}: {', '.join(mine)}" if mine else f"{method} takes no {what}"
+        raise ConfigError(
+            f"{what} {name!r} does nothing for {method} ({own}; {name!r} is for {readers})"
+        )
 
 
 def display_name(method: str) -> str:

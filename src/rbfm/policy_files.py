@@ -1,6 +1,6 @@
 """Task-vector and policy files, and the bodies of the commands that read or write them
-(`rbfm infer`, `adapt`, `evaluate`, `render`); the experiment runner writes its task
-vectors with `save_z`.
+(`rbfm infer`, `adapt`, `evaluate`, `render`, and `demos`, whose demonstrations files
+they read); the experiment runner writes its task vectors with `save_z`.
 
 - A task vector (FB methods): JSON with the z and its description (method, domain,
   task, the model's weights hash, settings, objective, ...).
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +23,16 @@ import torch
 from torch import nn
 
 from rbfm import EVAL_SEED, checks
-from rbfm.atomic import atomic_write
+from rbfm.atomic import atomic_write, beside, stem_of
 from rbfm.baselines import BaselineResult, as_policy, load_policy, train_baseline, write_policy
 from rbfm.baselines.common import FORMAT as POLICY_FORMAT
-from rbfm.data.demos import Demos
+from rbfm.data.demos import Demos, save_demos
 from rbfm.envs import checked_tasks, get_perturbation
-from rbfm.errors import ConfigError, RbfmError
+from rbfm.errors import ConfigError, RbfmError, unknown
+from rbfm.evaluation.aggregate import mean_ci
 from rbfm.evaluation.rollout import EnvSpec
-from rbfm.evaluation.sweep import SweepRow, sweep
-from rbfm.fb.checkpoint import load_checkpoint, read_meta, recorded_name
+from rbfm.evaluation.sweep import sweep, sweep_table, write_csv
+from rbfm.fb.checkpoint import load_checkpoint, named_for_weights, read_meta, recorded_name
 from rbfm.fb.model import FBModel
 from rbfm.inference import InferenceResult, infer, method_config
 from rbfm.inference.adapt import CRITERION_LABELS, AdaptConfig, AdaptResult, adapt
@@ -43,7 +45,7 @@ from rbfm.inference.goal import (
     read_goals,
     write_goals,
 )
-from rbfm.methods import NAMES, display_label, get_method
+from rbfm.methods import NAMES, check_named, display_label, get_method
 
 
 def save_z(path: str | os.PathLike[str], z: torch.Tensor, meta: dict[str, Any]) -> Path:
@@ -77,6 +79,15 @@ def _task_vector(path: str | os.PathLike[str], data: Any) -> tuple[torch.Tensor,
     return z, data
 
 
+def recorded_model(info: dict[str, Any]) -> str:
+    """The model a file records, by name; where that name now loads other weights than
+    the file's (a domain's default replaced), the installed model with the file's."""
+    name, sha = str(info["checkpoint"]), info.get("model_sha256")
+    if sha is not None and read_meta(name)["sha256"] != sha:
+        return named_for_weights(sha) or name
+    return name
+
+
 def check_z(
     path: str | os.PathLike[str], z: torch.Tensor, info: dict[str, Any], meta: dict[str, Any]
 ) -> None:
@@ -97,9 +108,11 @@ def check_z(
         )
     sha = info.get("model_sha256")
     if sha is not None and sha != meta["sha256"]:
+        known = named_for_weights(sha)
+        hint = f": its model is `{known}` (--checkpoint {known})" if known else ""
         raise ConfigError(
             f"{path}: inferred with another model (weights {sha[:12]}...), not this checkpoint "
-            f"({meta['sha256'][:12]}...)"
+            f"({meta['sha256'][:12]}...){hint}"
         )
 
 
@@ -126,6 +139,58 @@ def load_any(
         return str(data.get("method", "goal")), None, read_goals(Path(path), data), data
     z, info = _task_vector(path, data)
     return str(info.get("method", Path(path).stem)), z, None, info
+
+
+# `rbfm demos`'s episodes per expert when not given. A planner episode takes 15-300 s on
+# 2 cores, so the model's 200 would take hours; 8 is what every committed planner
+# demonstration file holds (docs/demonstrations.md).
+DEMO_EPISODES = {"fb": 200, "mpc": 8}
+
+
+def demos_to_file(
+    expert: str,
+    task: str,
+    out: str | os.PathLike[str],
+    episodes: int | None = None,
+    seed: int = 0,
+    checkpoint: str | None = None,
+    dataset: str | None = None,
+    action_noise: float = 0.0,
+    domain: str | None = None,
+    mpc: Mapping[str, Any] | None = None,
+    parts: str | os.PathLike[str] | None = None,
+    device: str | None = None,
+) -> str:
+    """`task`'s demonstrations at nominal dynamics written to `out` (.npz) by the expert
+    "fb" (the policy of `checkpoint` with the task's z, from `dataset` if given, its
+    actions with Gaussian `action_noise`) or "mpc" (a planner on `domain`'s simulator,
+    `mpc` its settings, its episodes kept in `parts` if given); a line saying what was
+    written and its mean return."""
+    if expert not in DEMO_EPISODES:
+        raise unknown("expert", expert, DEMO_EPISODES)
+    is_mpc = expert == "mpc"
+    if (domain is None) == is_mpc or (checkpoint is None) != is_mpc:
+        raise ConfigError("--expert fb takes --checkpoint, --expert mpc takes --domain")
+    if ((action_noise or dataset) and is_mpc) or ((mpc or parts) and not is_mpc):
+        raise ConfigError("--dataset and --action-noise are --expert fb's, --mpc, --parts mpc's")
+    episodes = DEMO_EPISODES[expert] if episodes is None else episodes
+    if domain is not None:  # the planner (as checked above)
+        from rbfm.planning import mpc_config
+        from rbfm.planning.demos import mpc_demos
+
+        config = mpc_config(domain, mpc)
+        kept = None if parts is None else Path(parts)
+        demos = mpc_demos(domain, task, episodes, Path(out), config, seed, parts=kept)
+    else:
+        from rbfm.inference.expert_demos import expert_demos
+
+        assert checkpoint is not None  # the model's policy (as checked above)
+        demos = expert_demos(checkpoint, task, episodes, seed, action_noise, dataset, device)
+        save_demos(out, demos)
+    m, h = mean_ci(demos.returns)
+    ci = f"+- {h:.1f} (95% CI)" if episodes > 1 else "(1 episode, no CI)"
+    what = f"{episodes} {demos.domain}/{task} {expert} episode{'s' * (episodes > 1)}"
+    return f"wrote {what} to {out}: return {m:.1f} {ci}"
 
 
 def _fb_config(method: str, settings: str, overrides: dict[str, Any]) -> None:
@@ -253,8 +318,8 @@ def train_to_file(
 ) -> tuple[BaselineResult, dict[str, Any], Path]:
     """A baseline policy trained on `demos` and written to `out` (a stem); the run
     snapshots itself to `<stem>.resume.pt` and, called again, continues from it."""
-    stem = Path(out).with_suffix("")
-    resume = stem.with_name(f"{stem.name}.resume.pt")
+    stem = stem_of(out)
+    resume = beside(stem, ".resume.pt")
     result, config = train_baseline(method, demos, preset, seed, overrides, progress, resume)
     meta = {
         "seed": seed,
@@ -277,31 +342,31 @@ def imitate_to_file(
     checkpoint: str | None,
     seed: int,
     out: str | os.PathLike[str],
-    settings: str = "default",
-    preset: str = "cpu",
+    settings: str | None = None,
+    preset: str | None = None,
     overrides: dict[str, Any] | None = None,
     described: dict[str, Any] | None = None,
     device: str | None = None,
 ) -> str:
     """Any method's result on `demos` written to `out`: an FB method's task vector of
     `checkpoint` (`settings`, `overrides`), or a baseline's policy (`preset`, and
-    `overrides` of its config); a line saying what was written and how it ended."""
+    `overrides` of its config); a line saying what was written and how it ended.
+    `settings` and `preset` None: not given (the method's default); given to a method
+    that would ignore them, refused."""
     overrides = dict(overrides or {})
+    check_named(method, settings, "--settings")
+    check_named(method, preset, "--preset")
+    settings = settings or "default"
     if get_method(method).kind == "goals":
         return goals_to_file(demos, checkpoint, seed, out, overrides, described, device)
     if not get_method(method).is_fb:
-        fb_only = [
-            f
-            for f, given in (("settings", settings != "default"), ("bf16", "bf16" in overrides))
-            if given
-        ]
-        if fb_only:
+        if "bf16" in overrides:
             raise ConfigError(
-                f"{', '.join('--' + f for f in fb_only)}: FB methods only, not {method} (a "
-                "baseline takes a --preset, and --steps for its training steps)"
+                f"--bf16: FB methods only, not {method} (a baseline takes a --preset, and "
+                "--steps for its training steps)"
             )
         res, config, stem = train_to_file(
-            method, demos, preset, seed, out, overrides, described, True
+            method, demos, preset or "cpu", seed, out, overrides, described, True
         )
         return (
             f"{method}: policy written to {stem}.safetensors/.json ({config['steps']} steps, "
@@ -349,7 +414,7 @@ def goals_to_file(
         "lookahead": config.lookahead,
         "seconds": goals.seconds,
     }
-    path = write_goals(Path(out).with_suffix(""), goals, info)
+    path = write_goals(stem_of(out), goals, info)
     steps = sum(len(z) for z in goals.z)
     return (
         f"goal: {len(goals.z)} z sequences ({steps} steps) written to {path} and its "
@@ -381,7 +446,8 @@ def _recorded_model(vectors: list[Loaded]) -> tuple[str, dict[str, Any]]:
         raise ConfigError(f"--checkpoint is needed: the files record {len(models)} models")
     path, *_, info = recorded[0]
     try:
-        return str(info["checkpoint"]), read_meta(info["checkpoint"])
+        name = recorded_model(info)
+        return name, read_meta(name)
     except RbfmError as e:
         raise ConfigError(
             f"{path} records the model {info['checkpoint']}, which cannot be read: pass "
@@ -399,14 +465,15 @@ def evaluate_files(
     seed: int = EVAL_SEED,
     cross_task: bool = False,
     device: str | None = None,
+    out: str | os.PathLike[str] | None = None,
     progress: bool = False,
-) -> tuple[str, str, list[SweepRow]]:
-    """Task-vector and policy files from `rbfm infer`, evaluated together under a sweep
-    (every file's episode k from the same initial state): (domain, task, rows in the
-    paper's method order). The task and the model default to those the files were
-    inferred for, where they agree. Refused before any rollout: files of different
-    domains, a task vector of another model, a file inferred for another task (unless
-    `cross_task`), levels outside the family's range."""
+) -> str:
+    """`rbfm evaluate`: task-vector and policy files from `rbfm infer`, evaluated together
+    under a sweep (every file's episode k from the same initial state), as a table in the
+    paper's method order (and a CSV at `out`). The task and the model default to those
+    the files were inferred for, where they agree. Refused before any rollout: files of
+    different domains, a task vector of another model, a file inferred for another task
+    (unless `cross_task`), levels outside the family's range."""
     checks.count("episodes", episodes)
     loaded: list[Loaded] = [(str(path), *load_any(path)) for path in paths]
     task = task or _agreed(loaded, "task", "--task")
@@ -469,7 +536,17 @@ def evaluate_files(
         policies=policies,
         progress=progress,
     )
-    return domain, task, rows
+    dynamics = perturbation or "nominal"
+    text = (
+        f"{domain}/{task}, {dynamics}: mean return +- 95% CI ({episodes} episodes\n"
+        "per task vector; across a method's task vectors, the 'seeds', else its episodes)\n"
+        + sweep_table(rows)
+    )
+    if out:
+        family = perturbation or "none"
+        write_csv(out, rows, {"domain": domain, "task": task, "perturbation": family})
+        text += f"\nwrote {out}"
+    return text
 
 
 def render_files(

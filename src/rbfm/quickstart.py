@@ -17,9 +17,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from rbfm import EVAL_SEED
+from rbfm.checks import in_range
+from rbfm.errors import ConfigError
 from rbfm.evaluation.sweep import SweepRow, sweep, write_csv
 from rbfm.fb.checkpoint import load_checkpoint, read_meta, shipped_model
 from rbfm.methods import FB_METHODS, display_name
@@ -33,7 +36,7 @@ class QuickstartConfig:
     checkpoint: str | None = None  # default: the shipped cheetah:rnd-v1, else train one
     task: str = "walk"
     perturbation: str = "joint_friction"
-    demos: int = 10  # generated; `num_demos` are drawn per inference seed
+    demos: int = 10  # generated; each inference seed takes `num_demos` of its own
     num_demos: int = 1  # one demonstration per seed keeps the quickstart to minutes
     seeds: int = 3
     action_noise: float = 0.3
@@ -42,6 +45,17 @@ class QuickstartConfig:
     episodes: int = 5  # per task vector and level
     collect_transitions: int = 50_000
     pretrain_steps: int = 8_000
+
+    def __post_init__(self) -> None:
+        for name in ("demos", "num_demos", "seeds", "episodes"):
+            in_range("quickstart", name, getattr(self, name), 1, integer=True)
+        # The table's CI is across seeds: it means something only where each seed imitates
+        # demonstrations of its own (disjoint draws), so they must be enough for all seeds.
+        if self.seeds * self.num_demos > self.demos:
+            raise ConfigError(
+                f"quickstart: {self.seeds} seeds x {self.num_demos} demonstrations need "
+                f"{self.seeds * self.num_demos} distinct episodes, more than demos={self.demos}"
+            )
 
 
 def _log(start: float, message: str) -> None:
@@ -118,9 +132,11 @@ def _quickstart(cfg: QuickstartConfig, progress: bool) -> list[SweepRow]:
     )
     _log(start, f"expert return {demos.returns.mean():.1f}")
     zs = []
+    # Seed i imitates its own episodes: the i-th slice of one shuffle, no seed shares one.
+    order = np.random.default_rng(0).permutation(cfg.demos)
     for method in FB_METHODS:
         for seed in range(cfg.seeds):
-            draw = demos.sample(cfg.num_demos, seed)
+            draw = demos.episodes(order[seed * cfg.num_demos : (seed + 1) * cfg.num_demos])
             cap = {} if cfg.inference_steps is None else {"steps": cfg.inference_steps}
             res = infer(model, draw, method, seed, progress, settings=cfg.settings, **cap)
             zs.append((method, res.z))
@@ -191,7 +207,7 @@ def table(cfg: QuickstartConfig, rows: list[SweepRow]) -> str:
     methods = list(dict.fromkeys(r.method for r in rows))
     lines = [
         f"cheetah/{cfg.task} under {cfg.perturbation}: mean return +- 95% CI across "
-        f"{cfg.seeds} inference seeds",
+        f"{cfg.seeds} inference seeds, each on {cfg.num_demos} demonstration(s) of its own",
         f"{'level':>8} " + " ".join(f"{display_name(m):>18}" for m in methods),
     ]
     for level in levels:

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from rbfm.atomic import stem_of
 from rbfm.baselines import bedroil, drbc
 from rbfm.baselines.common import BaselineResult, load_weights, read_policy_meta, save_policy
 from rbfm.checks import known_fields
@@ -94,9 +95,7 @@ def train_baseline(
 
 def load_policy(path: str | os.PathLike[str]) -> tuple[str, nn.Module, dict[str, object]]:
     """(method, policy module, description) of a saved baseline policy."""
-    stem = (
-        Path(path).with_suffix("") if Path(path).suffix in (".json", ".safetensors") else Path(path)
-    )
+    stem = stem_of(path)
     from rbfm.envs import get_domain
 
     meta = read_policy_meta(stem)

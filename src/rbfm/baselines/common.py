@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from rbfm.atomic import atomic_write
+from rbfm.atomic import atomic_write, beside
 from rbfm.data.demos import Demos
 from rbfm.errors import DatasetError
 from rbfm.fb.checkpoint import CheckpointError
@@ -177,14 +177,14 @@ def save_policy(stem: Path, policy: nn.Module, meta: dict[str, Any]) -> Path:
     """`stem.safetensors` (weights) and `stem.json` (format, method, config...), atomically."""
     stem.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
-    atomic_write(stem.with_suffix(".safetensors"), lambda tmp: save_file(state, str(tmp)))
+    atomic_write(beside(stem, ".safetensors"), lambda tmp: save_file(state, str(tmp)))
     desc = json.dumps({"format": FORMAT, **meta}, indent=2)
-    atomic_write(stem.with_suffix(".json"), lambda tmp: tmp.write_text(desc))
+    atomic_write(beside(stem, ".json"), lambda tmp: tmp.write_text(desc))
     return stem
 
 
 def read_policy_meta(stem: Path) -> dict[str, Any]:
-    desc = stem.with_suffix(".json")
+    desc = beside(stem, ".json")
     try:
         meta = json.loads(desc.read_text())
     except (OSError, json.JSONDecodeError) as e:
@@ -195,7 +195,7 @@ def read_policy_meta(stem: Path) -> dict[str, Any]:
 
 
 def load_weights(stem: Path, policy: nn.Module) -> nn.Module:
-    weights = stem.with_suffix(".safetensors")
+    weights = beside(stem, ".safetensors")
     try:
         state = load_file(str(weights))
         policy.load_state_dict(state)

@@ -10,10 +10,14 @@ import time
 import torch
 
 from rbfm import checks
-from rbfm.cli.options import REQUIRED, Use, command, from_args
+from rbfm.cli.options import REQUIRED, Use, call, command
+from rbfm.data import describe_with_tasks
 from rbfm.envs import DOMAINS
+from rbfm.envs.dynamics import PRESETS as DYNAMICS
+from rbfm.envs.perturbations import listing
 from rbfm.exploration import AGENTS, RND_PRESETS, CollectConfig
 from rbfm.fb import FB_PRESETS
+from rbfm.fb.checkpoint import models_table
 from rbfm.training.pretrain import PretrainConfig
 
 
@@ -25,7 +29,7 @@ from rbfm.training.pretrain import PretrainConfig
     domain=Use(REQUIRED, choices=sorted(DOMAINS)),
     agent=Use(REQUIRED, choices=list(AGENTS)),
     transitions=Use(REQUIRED, "environment steps (rounded up to whole episodes)"),
-    out=Use(REQUIRED, "dataset root directory"),
+    out=Use(REQUIRED, "dataset root directory", check="folder"),
     preset=Use("cpu", "RND, APS and ProtoRL sizes: paper (URLB) or cpu", sorted(RND_PRESETS)),
     seed=Use(0, "the exploration agent's and the episodes' seed"),
     task=Use(None, "task whose reward is stored (default: the domain's first)"),
@@ -33,13 +37,10 @@ from rbfm.training.pretrain import PretrainConfig
     quiet=False,
 )
 def collect(args: argparse.Namespace) -> None:
-    from rbfm.data import describe_with_tasks
-    from rbfm.envs.dynamics import PRESETS as DYNAMICS
     from rbfm.exploration import collect
 
-    checks.out_dir(args.out)
     dynamics = None if args.dynamics is None else DYNAMICS[args.dynamics]
-    cfg = from_args(CollectConfig, args, overrides=checks.assignments(args.set), dynamics=dynamics)
+    cfg = call(CollectConfig, args, overrides=checks.assignments(args.set), dynamics=dynamics)
     start = time.perf_counter()
     buffer = collect(cfg, progress=not args.quiet)
     print(f"collected into {buffer} in {time.perf_counter() - start:.1f} s")
@@ -53,7 +54,7 @@ def collect(args: argparse.Namespace) -> None:
     "latest; rerun, it resumes from its last checkpoint; a larger --steps extends it.",
     config=PretrainConfig,
     dataset=Use(REQUIRED, "ExORL buffer or a directory above it"),
-    out=Use(REQUIRED, "run directory"),
+    out=Use(REQUIRED, "run directory", check="folder"),
     domain=Use(None, "default: read from the dataset path", sorted(DOMAINS)),
     preset=Use("cpu", "paper (the paper's hyperparameters), cpu, tiny (tests)", sorted(FB_PRESETS)),
     steps=Use(None, "updates (default: the preset's)"),
@@ -69,9 +70,7 @@ def collect(args: argparse.Namespace) -> None:
 def pretrain(args: argparse.Namespace) -> None:
     from rbfm.training.pretrain import pretrain
 
-    checks.out_dir(args.out)
-    overrides = checks.assignments(args.set)
-    cfg = from_args(PretrainConfig, args, bf16=args.bf16 or None, overrides=overrides)
+    cfg = call(PretrainConfig, args, bf16=args.bf16 or None, overrides=checks.assignments(args.set))
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     run = pretrain(cfg, progress=not args.quiet)
@@ -80,8 +79,6 @@ def pretrain(args: argparse.Namespace) -> None:
 
 @command("info", "summarise a dataset, with every task's relabelled rewards", path=REQUIRED)
 def info(args: argparse.Namespace) -> None:
-    from rbfm.data import describe_with_tasks
-
     print(describe_with_tasks(args.path))
 
 
@@ -89,7 +86,7 @@ def info(args: argparse.Namespace) -> None:
     "pack",
     "chosen episodes of a dataset in one compact file for another machine (`rbfm unpack`)",
     path=REQUIRED,
-    out=Use(REQUIRED, "the file to write (xz-compressed)"),
+    out=Use(REQUIRED, "the file to write (xz-compressed)", check="file, folder made"),
     first=None,
     every=Use(1, "every Nth episode of those: 5 keeps episodes 0, 5, 10, ..."),
     half=None,
@@ -98,7 +95,6 @@ def info(args: argparse.Namespace) -> None:
 def pack(args: argparse.Namespace) -> None:
     from rbfm.data.pack import pack_episodes
 
-    checks.out_file(args.out, made=True)
     s = pack_episodes(args.path, args.out, args.first, args.every, args.half, args.replay)
     print(s.packed(args.half))
 
@@ -107,21 +103,18 @@ def pack(args: argparse.Namespace) -> None:
     "unpack",
     "write a `rbfm pack` file's episodes back as ExORL episode files",
     path=Use(REQUIRED, "the packed file"),
-    out=Use(REQUIRED, "dataset root: episodes go to OUT/<domain>/<algo>/buffer"),
+    out=Use(REQUIRED, "dataset root: episodes go to OUT/<domain>/<algo>/buffer", check="folder"),
     workers=Use(len(os.sched_getaffinity(0)), "processes regenerating a --replay file (0: none)"),
     nominal=False,
 )
 def unpack(args: argparse.Namespace) -> None:
     from rbfm.data.pack import unpack_episodes
 
-    checks.out_dir(args.out)
     print(unpack_episodes(args.path, args.out, args.workers, args.nominal).unpacked())
 
 
 @command("envs", "list domains, tasks and perturbation families")
 def envs(args: argparse.Namespace) -> None:
-    from rbfm.envs.perturbations import listing
-
     print(listing())
 
 
@@ -132,6 +125,4 @@ def envs(args: argparse.Namespace) -> None:
     "weights. The wheel carries few; a clone (`pip install -e .`) or RBFM_MODELS has all.",
 )
 def models(args: argparse.Namespace) -> None:
-    from rbfm.fb.checkpoint import models_table
-
     print(models_table())

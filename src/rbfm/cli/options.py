@@ -1,43 +1,47 @@
 """Every option of the command line, declared once, and the registry of commands. A
-command names its options with a default (or REQUIRED, or a `Use` when its help or
-choices differ); one built on a config dataclass takes the defaults of its fields."""
+command names its options with a default (or REQUIRED, or a `Use` when its help, choices
+or check differ); one built on a config dataclass takes the defaults of its fields."""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import inspect
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-_C = TypeVar("_C")
+from rbfm import checks
+
+_R = TypeVar("_R")
 Run = Callable[[argparse.Namespace], None]
+Check = Callable[[str, Any], None]  # (the option as typed, its value)
 REQUIRED = object()
 
 
 @dataclass(frozen=True)
 class Opt:
     help: str
-    type: Callable[[str], Any] = str
+    type: Callable[[str], Any] = str  # bool: a flag, False unless given
     extra: dict[str, Any] = field(default_factory=dict)  # argparse's nargs, action, ...
     positional: bool = False
+    check: str | None = None  # a key of CHECKS, unless the command's Use names another
 
 
 MODEL = "FB model: a run folder, a checkpoint or a shipped name (walker; docs/models.md)"
-FLAGS = frozenset(
-    {"bf16", "compile", "cross_task", "cuda_graph", "dry_run", "figures", "fp16", "quiet"}
-    | {"nominal", "random", "replay"}
-)
 OPTIONS: dict[str, Opt] = {
     "action_noise": Opt("Gaussian noise std on the expert's actions (clipped to [-1, 1])", float),
     "agent": Opt("exploration agent (the paper's data: rnd, aps, proto)"),
-    "bf16": Opt("bfloat16 autocast for the networks"),
+    "bf16": Opt("bfloat16 autocast for the networks", bool),
     "checkpoint": Opt(MODEL),
     "checkpoint_every": Opt("updates between resumable checkpoints (default: the preset's)", int),
-    "compile": Opt("torch.compile the update (docs/benchmarks.md; resume with the same choice)"),
-    "cross_task": Opt("score files inferred for another task than --task"),
-    "cuda_graph": Opt("on a GPU, replay the update as one CUDA graph (docs/benchmarks.md)"),
+    "compile": Opt(
+        "torch.compile the update (docs/benchmarks.md; resume with the same choice)", bool
+    ),
+    "cross_task": Opt("score files inferred for another task than --task", bool),
+    "cuda_graph": Opt("on a GPU, replay the update as one CUDA graph (docs/benchmarks.md)", bool),
     "dataset": Opt("infer the tasks' z from this dataset (default: the checkpoint's stored z)"),
     "criterion": Opt(
         "adaptation's choice: demos (B distance), implied (the start z's reward), reward "
@@ -48,7 +52,7 @@ OPTIONS: dict[str, Opt] = {
     "demos": Opt("demonstrations file from `rbfm demos` or `save_demos`"),
     "device": Opt("torch device, e.g. cpu or cuda:1 (default: cuda if available, else cpu)"),
     "domain": Opt("DMC domain"),
-    "dry_run": Opt("validate and print the plan only"),
+    "dry_run": Opt("validate and print the plan only", bool),
     "dynamics": Opt(
         "each episode under physics drawn per episode (default: nominal); train: docs/models.md",
         extra={"choices": ["train"]},
@@ -66,9 +70,9 @@ OPTIONS: dict[str, Opt] = {
     "eval_episodes": Opt("zero-shot episodes per task at each evaluation", int),
     "eval_every": Opt("updates between zero-shot evaluations (default: the preset's)", int),
     "every": Opt("a frame every N control steps", int),
-    "figures": Opt("draw the figures and tables"),
+    "figures": Opt("draw the figures and tables", bool),
     "first": Opt("only the first N episodes (default: all)", int),
-    "fp16": Opt("store the weights in float16 (half the file), loaded back as float32"),
+    "fp16": Opt("store the weights in float16 (half the file), loaded back as float32", bool),
     "half": Opt(
         "store this key in float16 (repeatable)",
         extra={"action": "append", "choices": ["observation", "physics"]},
@@ -80,17 +84,17 @@ OPTIONS: dict[str, Opt] = {
     "method": Opt(
         "FB task inference (fbil, rbfm-light, rbfm-heavy), a reduction (er, fm, goal) or a baseline"
     ),
-    "nominal": Opt("regenerate a dynamics-diverse --replay file at nominal physics"),
+    "nominal": Opt("regenerate a dynamics-diverse --replay file at nominal physics", bool),
     "num_demos": Opt("demonstration episodes drawn per seed from the file's", int),
-    "out": Opt("where to write"),
+    "out": Opt("where to write", check="file"),
     "parts": Opt("--expert mpc: keep each episode here (an experiment's planner/ reuses them)"),
     "path": Opt("a buffer directory or any directory above it", positional=True),
     "perturbation": Opt("perturbation family (default: nominal dynamics)"),
     "preset": Opt("named sizes"),
-    "quiet": Opt("no progress bar"),
-    "random": Opt("also evaluate a uniform random policy"),
+    "quiet": Opt("no progress bar", bool),
+    "random": Opt("also evaluate a uniform random policy", bool),
     "ray": Opt("run on Ray: auto, local or a cluster address (pip install 'rbfm[ray]')"),
-    "replay": Opt("store only the actions; `rbfm unpack` regenerates the rest"),
+    "replay": Opt("store only the actions; `rbfm unpack` regenerates the rest", bool),
     "search": Opt("adaptation search (docs/inference.md)", extra={"choices": ["line", "cone"]}),
     "seed": Opt("random seed", int),
     "seeds": Opt("override: the first N seeds", int),
@@ -99,7 +103,7 @@ OPTIONS: dict[str, Opt] = {
         extra={"action": "append", "metavar": "KEY=VALUE"},
     ),
     "settings": Opt(
-        "FB methods: default (converged) or paper (Tables 5-7); docs/inference.md",
+        "FB-IL, RBFM-Light, RBFM-Heavy: default (converged, the default) or paper (Tables 5-7)",
         extra={"choices": ["default", "paper"]},
     ),
     "size": Opt("HEIGHTxWIDTH of each panel, in pixels"),
@@ -124,6 +128,17 @@ class Use:
     help: str | None = None
     choices: list[str] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    check: str | None = None
+
+
+# What a given value must be, checked (option as typed, value) before the command runs:
+# an output is refused before any compute is spent on it.
+CHECKS: dict[str, Check] = {
+    "count": checks.count,
+    "file": lambda option, path: checks.out_file(path),
+    "file, folder made": lambda option, path: checks.out_file(path, made=True),
+    "folder": lambda option, path: checks.out_dir(path, option),
+}
 
 
 @dataclass(frozen=True)
@@ -157,17 +172,21 @@ def _config_options(cls: type | None, given: dict[str, Any]) -> dict[str, Any]:
     return {
         f.name: REQUIRED if f.default is dataclasses.MISSING else f.default
         for f in fields
-        if f.name in OPTIONS and f.name not in FLAGS | set(given)  # flags default to False
+        # A flag is False unless given, whatever the field's default: commands name theirs.
+        if f.name in OPTIONS and f.name not in given and OPTIONS[f.name].type is not bool
     }
 
 
 def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str) -> None:
     cmd = COMMANDS[name]
     p = sub.add_parser(name, help=cmd.help, description=cmd.description, formatter_class=Help)
+    checked: dict[str, Check] = {}
     for option, use in (cmd.options | _config_options(cmd.config, cmd.options)).items():
         opt, use = OPTIONS[option], use if isinstance(use, Use) else Use(use)
+        if check := use.check or opt.check:
+            checked[option] = CHECKS[check]
         kwargs = opt.extra | use.extra | {"help": use.help or opt.help}
-        if option in FLAGS:
+        if opt.type is bool:
             kwargs["action"] = "store_true"
         else:
             kwargs["type"] = opt.type
@@ -178,10 +197,17 @@ def add_command(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: 
             continue
         if use.default is REQUIRED:
             kwargs["required"] = True
-        elif option not in FLAGS:
+        elif opt.type is not bool:
             kwargs["default"] = [] if kwargs.get("action") == "append" else use.default
         p.add_argument("--" + option.replace("_", "-"), **kwargs)
-    p.set_defaults(func=cmd.run)
+    p.set_defaults(func=functools.partial(_checked_run, cmd.run, checked))
+
+
+def _checked_run(run: Run, checked: dict[str, Check], args: argparse.Namespace) -> None:
+    for option, check in checked.items():  # in the order the command names its options
+        if (value := getattr(args, option)) is not None:
+            check("--" + option.replace("_", "-"), value)
+    run(args)
 
 
 class Help(argparse.HelpFormatter):
@@ -202,17 +228,16 @@ class Help(argparse.HelpFormatter):
                              subsequent_indent=indent, break_on_hyphens=False)  # fmt: skip
 
 
-def from_args(cls: type[_C], args: argparse.Namespace, **given: Any) -> _C:
-    """A config dataclass from the options of its fields' names, `given` fields set."""
-    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    return cls(**{k: v for k, v in vars(args).items() if k in names} | given)
+def call(api: Callable[..., _R], args: argparse.Namespace, **given: Any) -> _R:
+    """`api` (a function or a config dataclass) on the options named as its parameters,
+    `given` ones set: options take the API's names, so a command only adds what differs."""
+    names = inspect.signature(api).parameters
+    return api(**{k: v for k, v in vars(args).items() if k in names} | given)
 
 
 def listed(what: str, by: str) -> str:
     """`what` with its choices per domain: by "tasks" or "families"."""
-    from rbfm.envs import PERTURBATIONS, TASKS
+    from rbfm.envs import TASKS, families
 
-    names = {d: list(t) for d, t in TASKS.items()}
-    if by == "families":
-        names = {d: [f for e, f in PERTURBATIONS if e == d] for d in TASKS}
+    names = {d: families(d) if by == "families" else t for d, t in TASKS.items()}
     return f"{what} ({'; '.join(d + ': ' + ', '.join(v) for d, v in names.items())})"

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rbfm import EVAL_SEED, checks
-from rbfm.cli.options import MODEL, REQUIRED, Use, command, from_args, listed
-from rbfm.errors import ConfigError
+from rbfm.cli.options import MODEL, REQUIRED, Use, call, command, listed
 from rbfm.inference.adapt import AdaptConfig
 from rbfm.methods import DEFAULT_METHOD, NAMES
+from rbfm.policy_files import DEMO_EPISODES
 
 _PERTURBATION = Use(None, listed("family (default: nominal dynamics)", "families"))
 
@@ -21,7 +20,7 @@ _PERTURBATION = Use(None, listed("family (default: nominal dynamics)", "families
     task=Use(None, listed("task (repeatable; default: all)", "tasks"), extra={"action": "append"}),
     perturbation=_PERTURBATION,
     level=Use(None, "the family's level (default: its nominal value)"),
-    episodes=10,
+    episodes=Use(10, check="count"),
     dataset=None,
     random=False,
     out=Use(None, "also write the table to this CSV"),
@@ -32,12 +31,7 @@ _PERTURBATION = Use(None, listed("family (default: nominal dynamics)", "families
 def zero_shot(args: argparse.Namespace) -> None:
     from rbfm.evaluation.zero_shot import zero_shot_report
 
-    checks.count("--episodes", args.episodes)
-    checks.out_file(args.out)
-    print(zero_shot_report(
-        args.checkpoint, args.task, args.episodes, args.seed, args.perturbation, args.level,
-        args.random, args.workers, args.dataset, args.device, args.out,
-    ))  # fmt: skip
+    print(call(zero_shot_report, args, tasks=args.task))
 
 
 @command(
@@ -48,7 +42,13 @@ def zero_shot(args: argparse.Namespace) -> None:
     checkpoint=Use(None, "--expert fb: " + MODEL),
     domain=Use(None, "--expert mpc: the domain to plan in"),
     task=Use(REQUIRED, listed("the domain's task to demonstrate", "tasks")),
-    episodes=Use(200, "demonstration episodes rolled out"),
+    episodes=Use(
+        None,
+        f"demonstration episodes (default: {DEMO_EPISODES['fb']}); --expert mpc: "
+        f"{DEMO_EPISODES['mpc']}, as many as each committed planner demonstration file, "
+        "since a planner episode takes minutes",
+        check="count",
+    ),
     out=Use(REQUIRED, "demonstrations file (.npz)"),
     dataset=None,
     action_noise=0.0,
@@ -58,37 +58,9 @@ def zero_shot(args: argparse.Namespace) -> None:
     device=None,
 )
 def demos(args: argparse.Namespace) -> None:
-    from rbfm.evaluation import mean_ci
-    from rbfm.inference import save_demos
+    from rbfm.policy_files import demos_to_file
 
-    checks.count("--episodes", args.episodes)
-    checks.out_file(args.out)
-    mpc = args.expert == "mpc"
-    fb_only = args.action_noise or args.dataset
-    if (args.domain is None) == mpc or (args.checkpoint is None) != mpc:
-        raise ConfigError("--expert fb takes --checkpoint, --expert mpc takes --domain")
-    if (fb_only and mpc) or ((args.mpc or args.parts) and not mpc):
-        raise ConfigError("--dataset and --action-noise are --expert fb's, --mpc, --parts mpc's")
-    if mpc:
-        from rbfm.planning import mpc_config
-        from rbfm.planning.demos import mpc_demos
-
-        config = mpc_config(args.domain, dict(checks.assignments(args.mpc or [])))
-        demos = mpc_demos(
-            args.domain, args.task, args.episodes, Path(args.out), config, args.seed,
-            parts=None if args.parts is None else Path(args.parts),
-        )  # fmt: skip
-    else:
-        from rbfm.inference.expert_demos import expert_demos
-
-        demos = expert_demos(
-            args.checkpoint, args.task, args.episodes, args.seed, args.action_noise,
-            args.dataset, args.device,
-        )  # fmt: skip
-        save_demos(args.out, demos)
-    m, h = mean_ci(demos.returns)
-    what = f"{args.episodes} {demos.domain}/{args.task} {args.expert} episodes"
-    print(f"wrote {what} to {args.out}: return {m:.1f} +- {h:.1f} (95% CI)")
+    print(call(demos_to_file, args, mpc=dict(checks.assignments(args.mpc, "--mpc"))))
 
 
 @command(
@@ -97,9 +69,9 @@ def demos(args: argparse.Namespace) -> None:
     checkpoint=Use(None, "not used by the baselines; " + MODEL),
     demos=REQUIRED,
     method=Use(DEFAULT_METHOD, choices=list(NAMES)),
-    preset=Use("cpu", "baselines: paper (Tables 8-9) or cpu (far fewer steps)", ["paper", "cpu"]),
+    preset=Use(None, "baselines: paper (Tables 8-9) or cpu (the default)", ["paper", "cpu"]),
     eps=None,
-    settings="default",
+    settings=None,  # and --preset: None if not given, so a method that ignores it refuses it
     steps=Use(None, "FB: the step cap (default 3000); baselines: training steps (the preset's)"),
     num_demos=4,
     set=Use([], "a field of the method's config, KEY=VALUE (repeatable; e.g. lookahead=12, goal)"),
@@ -112,14 +84,11 @@ def infer(args: argparse.Namespace) -> None:
     from rbfm.inference import load_demos
     from rbfm.policy_files import imitate_to_file
 
-    checks.out_file(args.out)
     demos = load_demos(args.demos).sample(args.num_demos, args.seed)
     given = {"steps": args.steps, "eps": args.eps, "bf16": args.bf16 or None}
-    print(imitate_to_file(
-        args.method, demos, args.checkpoint, args.seed, args.out, args.settings, args.preset,
-        checks.overrides(given, args.set),
-        {"demos": str(args.demos), "num_demos": args.num_demos}, args.device,
-    ))  # fmt: skip
+    described = {"demos": str(args.demos), "num_demos": args.num_demos}
+    overrides = checks.overrides(given, args.set)
+    print(call(imitate_to_file, args, demos=demos, overrides=overrides, described=described))
 
 
 @command(
@@ -143,13 +112,9 @@ def adapt(args: argparse.Namespace) -> None:
     from rbfm.inference import load_demos
     from rbfm.policy_files import adapt_to_file
 
-    checks.out_file(args.out)
-    cfg = from_args(AdaptConfig, args, budget=args.episodes)
+    cfg = call(AdaptConfig, args, budget=args.episodes)
     demos = load_demos(args.demos).sample(args.num_demos, args.seed)
-    print(adapt_to_file(
-        args.checkpoint, args.z, demos, args.perturbation, args.level, cfg, args.seed, args.out,
-        args.device,
-    ))  # fmt: skip
+    print(call(adapt_to_file, args, z_file=args.z, demos=demos, cfg=cfg))
 
 
 @command(
@@ -160,30 +125,16 @@ def adapt(args: argparse.Namespace) -> None:
     task=Use(None, listed("task whose reward scores the episodes (default: the files')", "tasks")),
     perturbation=Use(None, listed("family (default: nominal only)", "families")),
     levels=None,
-    episodes=Use(10, "episodes per task vector and level"),
+    episodes=Use(10, "episodes per task vector and level", check="count"),
     seed=Use(EVAL_SEED, "initial states (apart from `rbfm demos`'s, as `rbfm experiment`)"),
     device=None,
     cross_task=False,
     out=Use(None, "CSV file for the table"),
 )
 def evaluate(args: argparse.Namespace) -> None:
-    from rbfm.evaluation.sweep import sweep_table, write_csv
     from rbfm.policy_files import evaluate_files
 
-    checks.count("--episodes", args.episodes)
-    checks.out_file(args.out)
-    domain, task, rows = evaluate_files(
-        args.z, args.task, args.checkpoint, args.perturbation, args.levels, args.episodes,
-        args.seed, args.cross_task, args.device, progress=True,
-    )  # fmt: skip
-    dynamics = args.perturbation or "nominal"
-    print(f"{domain}/{task}, {dynamics}: mean return +- 95% CI ({args.episodes} episodes")
-    print("per task vector; across a method's task vectors, the 'seeds', else its episodes)")
-    print(sweep_table(rows))
-    if args.out:
-        family = args.perturbation or "none"
-        write_csv(args.out, rows, {"domain": domain, "task": task, "perturbation": family})
-        print(f"wrote {args.out}")
+    print(call(evaluate_files, args, paths=args.z, progress=True))
 
 
 @command(
@@ -194,7 +145,7 @@ def evaluate(args: argparse.Namespace) -> None:
     z=Use(None, "task-vector files, a panel each (default: the model's zero-shot policy)"),
     perturbation=_PERTURBATION,
     level=Use(None, "default: the family's extreme"),
-    steps=Use(500, "control steps rendered"),
+    steps=Use(500, "control steps rendered", check="count"),
     every=4,
     size="240x320",
     seed=Use(EVAL_SEED, "the episode's initial state"),
@@ -204,25 +155,19 @@ def evaluate(args: argparse.Namespace) -> None:
 def render(args: argparse.Namespace) -> None:
     from rbfm.policy_files import render_files
 
-    checks.count("--steps", args.steps)
-    checks.out_file(args.out)
-    print(render_files(
-        args.checkpoint, args.task, args.z or [], args.perturbation, args.level, args.seed,
-        args.steps, args.every, args.size, args.out, args.device,
-    ))  # fmt: skip
+    print(call(render_files, args, z_paths=args.z or []))
 
 
 @command(
     "export",
     "copy a checkpoint (e.g. a run's best), with each task's reward-inferred z in it",
     checkpoint=Use(REQUIRED, "the checkpoint to copy (e.g. RUN/best)"),
-    out=Use(REQUIRED, "destination stem (writes .safetensors/.json)"),
+    out=Use(REQUIRED, "destination stem (writes .safetensors/.json)", check="file, folder made"),
     dataset=Use(None, "the model's data: its tasks' z if none are stored, and its name"),
     fp16=False,
 )
 def export(args: argparse.Namespace) -> None:
     from rbfm.fb.reward_inference import export_with_task_z
 
-    checks.out_file(args.out, made=True)
     stem = export_with_task_z(args.checkpoint, args.out, args.dataset, args.fp16)
     print(f"wrote {stem}.safetensors and {stem}.json")

@@ -234,6 +234,12 @@ def load_demos(path: str | os.PathLike[str], domain: str | None = None) -> Demos
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise DatasetError(f"{path}: unreadable ({type(e).__name__}: {e})") from e
+    if not isinstance(meta, dict):
+        found = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+        raise DatasetError(
+            f"{path}: meta must be a JSON table (domain, task, ...), found "
+            f"{found.get(type(meta), 'a number')}; save_demos writes it"
+        )
     spec = get_domain(meta.get("domain", "?"))
     if domain is not None and spec.name != domain:
         raise DatasetError(f"{path}: demonstrations of {spec.name}, not {domain}")

@@ -32,7 +32,13 @@ from rbfm.experiments.spec import (
     pick_levels,
 )
 from rbfm.fb.checkpoint import read_meta, resolve, shipped_model, verify_weights
-from rbfm.methods import BASELINE_METHODS, ROBUST_FB_METHODS, SEQUENCE_METHODS, get_method
+from rbfm.methods import (
+    BASELINE_METHODS,
+    ROBUST_FB_METHODS,
+    SEQUENCE_METHODS,
+    check_named,
+    get_method,
+)
 from rbfm.methods import NAMES as ALL_METHODS
 from rbfm.planning import mpc_config
 
@@ -182,7 +188,7 @@ class Plan:
         return sum(len(c) for c in cells)
 
 
-def _model(entry: ModelEntry, index: int) -> Model:
+def _model(entry: ModelEntry, index: int, pins: dict[str, str]) -> Model:
     where = f"models[{index}]"
     if entry.domain not in DOMAINS:
         raise ConfigError(
@@ -197,7 +203,7 @@ def _model(entry: ModelEntry, index: int) -> Model:
                 "directory or a .json/.safetensors file)"
             )
     else:
-        stem = resolve(entry.checkpoint)
+        stem = resolve(pins.get(entry.checkpoint, entry.checkpoint))
     meta = _meta(stem, entry.domain, f"{where}.checkpoint")
     return Model(
         index, entry.domain, entry.dataset, str(stem), str(meta["sha256"]), meta.get("task_z", {})
@@ -217,15 +223,13 @@ def _meta(stem: Path, domain: str, where: str) -> dict[str, Any]:
 
 
 def _expert(
-    name: str, model: Model, where: str, mpc: dict[str, Any]
+    name: str, model: Model, where: str, spec: ExperimentSpec
 ) -> tuple[Expert, dict[str, list[float]]]:
     """The expert `name` demonstrating for `model`, with the task z's of its model (the
     planner has none: an empty z per task); errors start with `where`."""
+    mpc = spec.mpc
     if name == "mpc":
-        try:
-            config = mpc_config(model.domain, mpc)
-        except ConfigError as e:
-            raise ConfigError(f"mpc: {e}") from e
+        config = mpc_config(model.domain, mpc)  # its errors name the spec's `mpc` table
         no_z: dict[str, list[float]] = {t: [] for t in TASKS[model.domain]}
         return Expert(name, "", "", 0.0, config.record()), no_z
     if name in ("own", "noisy"):
@@ -238,7 +242,7 @@ def _expert(
             "shipped model such as walker:aps, or a checkpoint path)"
         )
     try:
-        stem = resolve(ref)
+        stem = resolve(spec.pins.get(ref, ref))
     except RbfmError as e:
         raise ConfigError(f"{where}: {e}") from e
     meta = _meta(stem, model.domain, where)
@@ -304,7 +308,7 @@ def _families(entry: ModelEntry, where: str) -> dict[str, tuple[float | None, ..
 def _variants(entry: MethodEntry, domain: str, where: str) -> list[Variant]:
     """The method's configs (one per eps), built and so validated by the config classes."""
     from rbfm.baselines import baseline_config
-    from rbfm.inference import SETTINGS, method_config
+    from rbfm.inference import method_config
     from rbfm.inference.goal import goal_config
 
     if entry.name not in ALL_METHODS:
@@ -317,10 +321,10 @@ def _variants(entry: MethodEntry, domain: str, where: str) -> list[Variant]:
         raise ConfigError(f"{where}.overrides.eps: give the radius as the method's `eps` field")
     if len(set(entry.eps)) != len(entry.eps):
         raise ConfigError(f"{where}.eps: a value is listed twice")
-    if entry.settings not in SETTINGS:
-        raise ConfigError(f"{where}.settings: {entry.settings!r}; valid: {', '.join(SETTINGS)}")
-    if entry.settings != "default" and entry.name in (*BASELINE_METHODS, *SEQUENCE_METHODS):
-        raise ConfigError(f"{where}.settings: {entry.name} has no named settings")
+    try:  # a name the method would ignore is refused too: `paper` on er, fm, goal, baselines
+        check_named(entry.name, None if entry.settings == "default" else entry.settings, "settings")
+    except ConfigError as e:
+        raise ConfigError(f"{where}.settings: {e}") from None
     variants = []
     for eps in entry.eps or (None,):
         overrides = dict(entry.overrides) | ({} if eps is None else {"eps": eps})
@@ -434,7 +438,7 @@ def _check_counts(spec: ExperimentSpec) -> None:
 def plan(spec: ExperimentSpec) -> Plan:
     """Every cell of the spec, in a deterministic order; validates the spec first."""
     _check_counts(spec)
-    models = [_model(m, i) for i, m in enumerate(spec.models)]
+    models = [_model(m, i, spec.pins) for i, m in enumerate(spec.models)]
     _check_models(models)
     _check_methods(spec)
     adapt_cfgs = [
@@ -534,7 +538,7 @@ def _model_cells(
     sources, at = (
         (entry.experts, f"{where}.experts") if entry.experts else (spec.experts, "experts")
     )
-    experts = [_expert(name, model, f"{at}[{k}]", spec.mpc) for k, name in enumerate(sources)]
+    experts = [_expert(name, model, f"{at}[{k}]", spec) for k, name in enumerate(sources)]
     for (expert, expert_z), task in itertools.product(experts, tasks):
         if task not in expert_z:
             raise ConfigError(

@@ -37,7 +37,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from rbfm.atomic import atomic_write
+from rbfm import checks
+from rbfm.atomic import atomic_write, beside, stem_of
 from rbfm.data.demos import Demos, load_demos, save_demos
 from rbfm.envs import get_perturbation
 from rbfm.experiments.certificate import Certificate
@@ -135,6 +136,13 @@ class Store:
     def read(self, path: Path) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(path.read_text())
         return data
+
+    def folders(self) -> list[Path]:
+        """Every folder the driver stores cells in; the planner's jobs write into theirs."""
+        cells = [
+            self.root / "cells" / k for k in ("infer", "adapt", "eval", "ceiling", "certificate")
+        ]
+        return [self.root, *cells, self.root / "demos", self.root / "policies"]
 
 
 @dataclass
@@ -286,7 +294,7 @@ def _save_infer(run: _Run, cells: list[InferCell], out: InferOutput) -> None:
         policy_file = write_goals(stem, out.goals, common | model)
     elif out.z is not None:
         common |= {"objective": out.objective, "converged": out.converged}
-        policy_file = stem.with_suffix(".json")
+        policy_file = beside(stem, ".json")
         save_z(
             policy_file,
             torch.tensor(out.z),
@@ -305,7 +313,7 @@ def _save_infer(run: _Run, cells: list[InferCell], out: InferOutput) -> None:
             d.model.domain,
             {**common, "preset": cell.variant.preset},
         )
-        policy_file = stem.with_suffix(".json")
+        policy_file = beside(stem, ".json")
     _write_json(
         store.infer_record(cell),
         {
@@ -332,8 +340,9 @@ def _stored_policy(store: Store, inf: InferCell) -> tuple[list[float] | None, Ba
 
     path = store.root / store.read(store.infer_record(inf))["policy"]
     if inf.variant.method in BASELINE_METHODS:
-        meta = read_policy_meta(path.with_suffix(""))
-        return None, (inf.variant.method, meta, load_file(str(path.with_suffix(".safetensors"))))
+        stem = stem_of(path)
+        meta = read_policy_meta(stem)
+        return None, (inf.variant.method, meta, load_file(str(beside(stem, ".safetensors"))))
     return json.loads(path.read_text())["z"], None
 
 
@@ -487,7 +496,7 @@ def _actor_params(checkpoint: str) -> int:
     """The FB actor's parameter count, read from the weights file's header."""
     from safetensors import safe_open
 
-    with safe_open(str(Path(checkpoint).with_suffix(".safetensors")), "np") as f:
+    with safe_open(str(beside(Path(checkpoint), ".safetensors")), "np") as f:
         names = [k for k in f.keys() if k.startswith("actor.")]  # noqa: SIM118
         return sum(int(np.prod(f.get_slice(k).get_shape())) for k in names)
 
@@ -784,11 +793,12 @@ def run_experiment(
     start = time.perf_counter()
     p = plan(spec)  # validates everything before any work
     store = Store(out)
+    # A cell that cannot be stored is refused now, not after its compute is spent.
+    for folder in [*store.folders(), store.planner]:
+        checks.out_dir(folder)
     with hold(store.root):
-        for kind in ("infer", "adapt", "eval", "ceiling", "certificate"):
-            (store.root / "cells" / kind).mkdir(parents=True, exist_ok=True)
-        for sub in ("demos", "policies"):
-            (store.root / sub).mkdir(parents=True, exist_ok=True)
+        for folder in store.folders():
+            folder.mkdir(parents=True, exist_ok=True)
         _write_json(store.root / "spec.json", {"spec": dataclasses.asdict(spec)})
         todo = [s.todo(store, p) for s in _STAGES]
         skipped = p.total - sum(len(rest) for rest in todo)

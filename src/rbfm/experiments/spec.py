@@ -21,7 +21,7 @@ import numpy as np
 from rbfm import EVAL_SEED
 from rbfm.envs import TASKS, families, get_perturbation
 from rbfm.errors import ConfigError
-from rbfm.methods import BASELINE_METHODS, FB_METHODS, NAMES
+from rbfm.methods import BASELINE_METHODS, FB_METHODS, NAMES, check_named
 
 # Expert sources: who demonstrates the task. "own" is the paper's protocol, the
 # model's own deterministic pi_{z_e}, which its z_e reproduces to ~1e-12, so every
@@ -119,6 +119,10 @@ class ExperimentSpec:
     mpc: dict[str, Any] = field(default_factory=dict)
     planner_episodes: int = 2
     planner_levels: int = 2
+    # Model names read as other models, for the models and experts that name them: a
+    # preset computed on an earlier default keeps it under the name it ran with (its
+    # results label experts by the names written here). Presets only, not TOML.
+    pins: dict[str, str] = field(default_factory=dict)
 
 
 def _methods(
@@ -201,7 +205,7 @@ ADAPT = (
 
 
 # The slices' models: each domain's `cpu`-sized nominal comparison model (label, checkpoint;
-# "shipped" = the domain's default, the `cpu`-sized walker).
+# "shipped" = the domain's default, which `_on_cpu_walker` makes the `cpu`-sized walker).
 ADAPT_SLICE_MODELS = {
     "walker": ("rnd", "shipped"),
     "quadruped": ("rnd-v2", "quadruped:rnd-v2"),
@@ -217,7 +221,7 @@ def _ends(domain: str) -> dict[str, tuple[float, ...]]:
 
 # Q1 with independent experts: each domain's RND model imitating the reward-inferred
 # policy of another FB model of its domain: noiseless demonstrations that no z of the
-# imitating model reproduces (walker: `walker:rnd-v4`, the shipped walker's data and
+# imitating model reproduces (walker: `walker:rnd-v4`, the `cpu` walker's data and
 # recipe on another seed, zero-shot close to it on every task, so all four tasks;
 # quadruped and cheetah: `quadruped:rnd-v2` and `cheetah:rnd-v1`, `cpu`-sized models of
 # other RND data, on each domain's first task, stand
@@ -385,8 +389,8 @@ PRESETS: dict[str, ExperimentSpec] = {
     # computed). At CPU scale: 20 evaluation episodes per level (the paper: 100), 5 seeds,
     # the model's own expert and the noisy one (figures and IQMs per source), FB methods
     # with a bfloat16 actor copy for inference (CPU_GRID below), no certificates.
-    # Q1 on each domain's default model, one task each (the paper's Figures 5-6 and the
-    # quickstart's), every family at all 6 levels.
+    # Q1 on each domain's default model (walker's: the `cpu` walker, `_on_cpu_walker`), one
+    # task each (the paper's Figures 5-6 and the quickstart's), every family at all 6 levels.
     "q1": ExperimentSpec(
         name="q1",
         models=Q1_MODELS,
@@ -546,8 +550,8 @@ PRESETS: dict[str, ExperimentSpec] = {
         for domain in ("walker", "cheetah")
         for own, expert in (("", f"noisy:{domain}:rnd-nominal-paper"), ("-own", "noisy"))
     },
-    # Adapting to the dynamics met: each domain's default model on the noisy expert's
-    # demonstrations, FB-IL and RBFM-Light, every task, family and level.
+    # Adapting to the dynamics met: each domain's default model (walker's: the `cpu` one) on
+    # the noisy expert's demonstrations, FB-IL and RBFM-Light, every task, family and level.
     "adapt": ExperimentSpec(
         name="adapt",
         models=(ModelEntry("walker"), ModelEntry("quadruped"), ModelEntry("cheetah")),
@@ -623,6 +627,28 @@ PRESETS: dict[str, ExperimentSpec] = {
     ),
 }
 
+# Walker's default was the `cpu` walker until 2026-12-05 (now `walker:rnd-v5`; the default is
+# `paper`-sized, rbfm.fb.checkpoint.DEFAULTS). Every preset was computed on it but `paper`,
+# which takes the default: the others keep it, so their cells and committed tables stay
+# theirs (a cell's id holds its model's weights' hash, a row its expert's name as written).
+CPU_WALKER = "walker:rnd-v5"
+
+
+def _on_cpu_walker(spec: ExperimentSpec) -> ExperimentSpec:
+    """`spec` with walker's default, as a model or an expert's model, the `cpu` walker."""
+
+    def model(m: ModelEntry) -> ModelEntry:
+        shipped = m.domain == "walker" and m.checkpoint == "shipped" and m.dataset == "rnd"
+        return dataclasses.replace(m, checkpoint=CPU_WALKER) if shipped else m
+
+    pins = {"walker": CPU_WALKER, "walker:rnd": CPU_WALKER}
+    return dataclasses.replace(spec, models=tuple(model(m) for m in spec.models), pins=pins)
+
+
+PRESETS = {
+    name: spec if name == "paper" else _on_cpu_walker(spec) for name, spec in PRESETS.items()
+}
+
 
 def _err(where: str, message: str) -> ConfigError:
     return ConfigError(f"{where}: {message}")
@@ -634,6 +660,14 @@ def _str_tuple(value: Any, where: str) -> tuple[str, ...]:
     if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
         raise _err(where, f"expected a list of names, got {value!r}")
     return tuple(value)
+
+
+def _numbers(value: Any, where: str) -> tuple[float, ...]:
+    """A number or a list of numbers; TOML's `true` is neither (Python's bool is an int)."""
+    items = value if isinstance(value, list) else [value]
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in items):
+        raise _err(where, f"expected a number or a list of numbers, got {value!r}")
+    return tuple(float(x) for x in items)
 
 
 def _take(table: dict[str, Any], known: set[str], where: str) -> dict[str, Any]:
@@ -666,7 +700,7 @@ def _tables(
 
 def from_dict(data: dict[str, Any], where: str = "spec") -> ExperimentSpec:
     """Builds a spec from parsed TOML; types and names are checked here, ranges by `plan`."""
-    top = {f.name for f in dataclasses.fields(ExperimentSpec)}
+    top = {f.name for f in dataclasses.fields(ExperimentSpec)} - {"pins"}
     _take(data, top, where)
     for key in ("name", "models", "methods"):
         if key not in data:
@@ -675,7 +709,13 @@ def from_dict(data: dict[str, Any], where: str = "spec") -> ExperimentSpec:
     for w, m in _tables(data, "models", ModelEntry, "domain", where):
         levels = m.get("levels", 6)
         if isinstance(levels, dict):
-            levels = {k: tuple(float(x) for x in v) for k, v in levels.items()}
+            levels = {k: _numbers(v, f"{w}.levels.{k}") for k, v in levels.items()}
+        elif isinstance(levels, bool) or not isinstance(levels, int):
+            raise _err(
+                f"{w}.levels",
+                f"expected a count of sweep levels per family (1..6) or a table of levels "
+                f"per family, got {levels!r}",
+            )
         models.append(
             ModelEntry(
                 domain=str(m["domain"]),
@@ -689,17 +729,20 @@ def from_dict(data: dict[str, Any], where: str = "spec") -> ExperimentSpec:
         )
     methods = []
     for w, m in _tables(data, "methods", MethodEntry, "name", where):
-        eps = m.get("eps", [])
-        eps = [eps] if isinstance(eps, int | float) else eps
-        if not isinstance(eps, list) or not all(isinstance(e, int | float) for e in eps):
-            raise _err(f"{w}.eps", f"expected a number or a list of numbers, got {eps!r}")
+        eps = _numbers(m.get("eps", []), f"{w}.eps")
         overrides = m.get("overrides", {})
         if not isinstance(overrides, dict):
             raise _err(f"{w}.overrides", "expected a table of config fields")
+        # A preset given to a method that reads none is refused (the baselines check theirs).
+        if "preset" in m and m["name"] in NAMES and m["name"] not in BASELINE_METHODS:
+            try:
+                check_named(str(m["name"]), str(m["preset"]), "preset")
+            except ConfigError as e:
+                raise _err(f"{w}.preset", str(e)) from None
         methods.append(
             MethodEntry(
                 name=str(m["name"]),
-                eps=tuple(float(e) for e in eps),
+                eps=eps,
                 overrides=dict(overrides),
                 preset=str(m.get("preset", "cpu")),
                 settings=str(m.get("settings", "default")),

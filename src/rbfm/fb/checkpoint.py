@@ -6,8 +6,8 @@ step, dataset identity and the weights' SHA-256, so a model loads without the
 training code and a torn or swapped pair of files is detected.
 
 Models by name. `walker`, `walker:aps`, `cheetah:rnd-v1`... name the file pair
-`<domain>_<label>.json/.safetensors` (a bare domain names label `rnd`, the paper's main
-data), looked up in the package's `assets` folder, then in the folder that the
+`<domain>_<label>.json/.safetensors` (a bare domain, or `domain:rnd`, names the domain's
+default, `DEFAULTS`), looked up in the package's `assets` folder, then in the folder that the
 environment variable RBFM_MODELS names. A clone of rbfm holds every model in
 `src/rbfm/assets`, which an editable install (`pip install -e .`) maps into the package,
 so a clone finds them all with no further step. The wheel carries only the models in
@@ -34,7 +34,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from rbfm.atomic import atomic_write
+from rbfm.atomic import PAIR, atomic_write, beside, stem_of
 from rbfm.device import pick_device
 from rbfm.envs import DOMAINS, get_domain
 from rbfm.errors import ConfigError, RbfmError
@@ -62,37 +62,44 @@ MODELS_ENV = "RBFM_MODELS"
 _TARGETS = ("target_forward_map.", "target_backward_map.")
 
 # Every model of this version of rbfm, by file stem: its size (both files, MB of 1e6
-# bytes) and its zero-shot IQM over all tasks (docs/models.md; `mean` marks a mean over
-# tasks, the dynamics-diverse `cpu` models' only record). tests/test_models_install.py
-# checks both against a clone's files and docs/models.md.
-MODELS: dict[str, tuple[float, str]] = {
-    "cheetah_rnd": (32.6, "656.1"),
-    "cheetah_cpu": (3.4, "41.1-412.4 per task"),
-    "cheetah_rnd-nominal-paper": (32.6, "266.4"),
-    "cheetah_rnd-rand": (3.4, "269.4 mean"),
-    "cheetah_rnd-rand-ctx": (4.6, "533.3 mean"),
-    "cheetah_rnd-rand-ctx-paper": (35.0, "605.5"),
-    "cheetah_rnd-rand-paper": (32.6, "410.1"),
-    "cheetah_rnd-v1": (3.4, "285.8"),
-    "quadruped_rnd": (33.4, "651.9"),
-    "quadruped_rnd-rand": (3.8, "121.8 mean"),
-    "quadruped_rnd-rand-ctx": (8.3, "149.6 mean"),
-    "quadruped_rnd-v1": (3.8, "268.2"),
-    "quadruped_rnd-v2": (3.8, "442.3"),
-    "walker_rnd": (3.4, "487.9"),
-    "walker_aps": (3.4, "88.2"),
-    "walker_proto": (3.4, "75.4"),
-    "walker_rnd-100k": (3.4, "147.3"),
-    "walker_rnd-1m": (3.4, "154.0"),
-    "walker_rnd-500k": (3.4, "115.6"),
-    "walker_rnd-nominal-paper": (32.7, "644.0"),
-    "walker_rnd-rand": (3.4, "391.1"),
-    "walker_rnd-rand-ctx": (5.0, "246.0"),
-    "walker_rnd-rand-ctx-paper": (35.7, "490.6"),
-    "walker_rnd-rand-paper": (32.7, "563.3"),
-    "walker_rnd-v1": (3.4, "155.1"),
-    "walker_rnd-v4": (3.4, "456.8"),
+# bytes), its zero-shot IQM over all tasks' episodes, or for a model without that record
+# the one it has: the mean of its task means ("mean") or their range ("range"). Apart, so
+# that no column of the listing mixes two kinds of figure (docs/models.md).
+# tests/test_models_install.py checks them against a clone's files and docs/models.md.
+MODELS: dict[str, tuple[float, str | None, str | None]] = {
+    "cheetah_rnd": (32.6, "656.1", None),
+    "cheetah_cpu": (3.4, None, "41.1-412.4 range"),
+    "cheetah_rnd-nominal-paper": (32.6, "266.4", None),
+    "cheetah_rnd-rand": (3.4, None, "269.4 mean"),
+    "cheetah_rnd-rand-ctx": (4.6, None, "533.3 mean"),
+    "cheetah_rnd-rand-ctx-paper": (35.0, "605.5", None),
+    "cheetah_rnd-rand-paper": (32.6, "410.1", None),
+    "cheetah_rnd-v1": (3.4, "285.8", None),
+    "quadruped_rnd": (33.4, "651.9", None),
+    "quadruped_rnd-rand": (3.8, None, "121.8 mean"),
+    "quadruped_rnd-rand-ctx": (8.3, None, "149.6 mean"),
+    "quadruped_rnd-v1": (3.8, "268.2", None),
+    "quadruped_rnd-v2": (3.8, "442.3", None),
+    "walker_aps": (3.4, "88.2", None),
+    "walker_proto": (3.4, "75.4", None),
+    "walker_rnd-100k": (3.4, "147.3", None),
+    "walker_rnd-1m": (3.4, "154.0", None),
+    "walker_rnd-500k": (3.4, "115.6", None),
+    "walker_rnd-nominal-paper": (32.7, "644.0", None),
+    "walker_rnd-rand": (3.4, "391.1", None),
+    "walker_rnd-rand-ctx": (5.0, "246.0", None),
+    "walker_rnd-rand-ctx-paper": (35.7, "490.6", None),
+    "walker_rnd-rand-paper": (32.7, "563.3", None),
+    "walker_rnd-v1": (3.4, "155.1", None),
+    "walker_rnd-v4": (3.4, "456.8", None),
+    "walker_rnd-v5": (3.4, "487.9", None),
 }
+# Each domain's default model, the one its bare name loads: the label of its files. The
+# rule: the model of Table 4's size (`paper` preset) with the highest zero-shot IQM over
+# the domain's four tasks at nominal physics (docs/models.md's column). Walker's
+# candidates were its three shipped `paper` models (644.0, 563.3, 490.6); the `cpu`
+# walker it replaced (487.9) loads as `walker:rnd-v5`.
+DEFAULTS = {"cheetah": "rnd", "quadruped": "rnd", "walker": "rnd-nominal-paper"}
 # The models the wheel carries (pyproject.toml's package-data names their files).
 WHEEL = ("cheetah_rnd-v1",)
 GET = f"clone rbfm and `pip install -e .` there, or set {MODELS_ENV}=/path/to/clone/src/rbfm/assets"
@@ -102,23 +109,49 @@ class ModelNotInstalled(CheckpointError, ConfigError):
     """A model of rbfm's (`MODELS`) that no model folder holds: a wheel carries few."""
 
 
+def _env_folder() -> tuple[Path | None, str]:
+    """The folder RBFM_MODELS names (None if unset or not a readable folder), and what is
+    wrong with it ("" if nothing)."""
+    extra = os.environ.get(MODELS_ENV, "").strip()
+    if not extra:
+        return None, ""
+    folder = Path(extra).expanduser()
+    if not folder.is_dir():
+        why = "a file" if folder.exists() else "no such path"
+        return None, f"{MODELS_ENV}={extra} is not a folder ({why})"
+    if not os.access(folder, os.R_OK | os.X_OK):
+        return None, f"{MODELS_ENV}={extra} is not readable"
+    return folder, ""
+
+
 def model_folders() -> list[Path]:
     """Where model names are looked up, in order: the package's assets, then the folder
-    named by RBFM_MODELS (if set)."""
-    extra = os.environ.get(MODELS_ENV, "").strip()
-    return [ASSETS, *([Path(extra).expanduser()] if extra else [])]
+    named by RBFM_MODELS (if set, and a folder: `_folder_note` says why not)."""
+    folder, _ = _env_folder()
+    return [ASSETS, *([folder] if folder is not None else [])]
+
+
+def _folder_note() -> str:
+    """For every error about a model that no folder holds: why RBFM_MODELS adds none."""
+    _, wrong = _env_folder()
+    return f"; {wrong}" if wrong else ""
+
+
+def _is_default(domain: str, label: str) -> bool:
+    return DEFAULTS.get(domain) == label
 
 
 def model_name(stem: str) -> str:
-    """`walker_rnd` -> `walker` (a domain's default), `walker_aps` -> `walker:aps`."""
+    """`walker_rnd-nominal-paper` -> `walker` (a domain's default), `walker_aps` ->
+    `walker:aps`."""
     domain, _, label = stem.partition("_")
-    return domain if label == "rnd" else f"{domain}:{label}"
+    return domain if _is_default(domain, label) else f"{domain}:{label}"
 
 
 def _order(stem: str) -> tuple[str, bool, str]:
     """Domains in name order, each domain's default first, then labels in name order."""
     domain, _, label = stem.partition("_")
-    return domain, label != "rnd", label
+    return domain, not _is_default(domain, label), label
 
 
 def installed_models() -> dict[str, Path]:
@@ -132,11 +165,23 @@ def installed_models() -> dict[str, Path]:
     return found
 
 
+def named_for_weights(sha256: str) -> str | None:
+    """The name of the installed model whose weights have this hash: what a file made
+    with a model finds it by after its name moved on (`walker` was `walker:rnd-v5`)."""
+    for stem, where in installed_models().items():
+        try:
+            if read_meta(where).get("sha256") == sha256:
+                return model_name(stem)
+        except RbfmError:  # a broken description is the listing's to report
+            continue
+    return None
+
+
 def _not_installed(stem: str) -> str:
     wheel = ", ".join(model_name(s) for s in WHEEL)
     return (
         f"{model_name(stem)} ({stem}, {MODELS[stem][0]} MB) is not installed (the wheel "
-        f"carries {wheel}; `rbfm models` lists all): {GET}"
+        f"carries {wheel}; `rbfm models` lists all): {GET}{_folder_note()}"
     )
 
 
@@ -149,20 +194,18 @@ def resolve(path: str | os.PathLike[str]) -> Path:
     p = Path(path)
     name = str(path)
     domain, _, label = name.partition(":")
-    if domain in DOMAINS and not p.exists() and not p.with_suffix(".json").exists():
+    if domain in DOMAINS and not p.exists() and not beside(p, ".json").exists():
         stem = shipped_model(domain, label or None)
         if stem is None:
-            have = ", ".join(_shipped_names()) or "none"
+            have = ", ".join(n for n in _shipped_names() if n.partition(":")[0] == domain)
             raise CheckpointError(
-                f"no {name} model is shipped with rbfm (its models: {have}); pass a run "
-                "directory or checkpoint file"
+                f"no {name} model is shipped with rbfm ({domain}'s models: {have}); pass a "
+                f"run directory or checkpoint file{_folder_note()}"
             )
         return stem
     if p.is_dir():
         p = p / "best"
-    if p.suffix in (".json", ".safetensors"):
-        p = p.with_suffix("")
-    return p
+    return stem_of(p)
 
 
 def recorded_name(path: str | os.PathLike[str]) -> str:
@@ -183,12 +226,13 @@ def _shipped_names() -> list[str]:
 def shipped_model(domain: str, dataset: str | None = None) -> Path | None:
     """The stem of rbfm's model for a domain and data label, from the model folders.
 
-    Files are named `<domain>_<label>.json`; with no label, RND's (`<domain>_rnd`, the
-    paper's main data). None where no model has that label; a model of `MODELS` that no
-    folder holds raises ModelNotInstalled, which says how to get it (a domain's default is
-    never replaced by another of its models).
+    Files are named `<domain>_<label>.json`; with no label, or `rnd` (the paper's main
+    data, every default's), the domain's default (`DEFAULTS`). None where no model has
+    that label; a model of `MODELS` that no folder holds raises ModelNotInstalled, which
+    says how to get it (a domain's default is never replaced by another of its models).
     """
-    stem = f"{domain}_{dataset or 'rnd'}"
+    label = DEFAULTS.get(domain, "rnd") if dataset in (None, "rnd") else dataset
+    stem = f"{domain}_{label}"
     found = installed_models().get(stem)
     if found is None and stem in MODELS:
         raise ModelNotInstalled(_not_installed(stem))
@@ -197,19 +241,34 @@ def shipped_model(domain: str, dataset: str | None = None) -> Path | None:
 
 @dataclass(frozen=True)
 class ListedModel:
-    """A row of `models_table`; `stem` is where the model is installed, or None."""
+    """A row of `models_table`; `stem` is where the model is installed, or None; `problem`
+    why its description does not load (the row is `broken`)."""
 
     name: str
     file: str
     domain: str
     size_mb: float
-    zero_shot: str | None
+    zero_shot: str | None  # its IQM over all tasks' episodes
+    task_means: str | None  # a model without an IQM: its task means' mean or range
     stem: Path | None
+    problem: str | None = None
+
+    @property
+    def where(self) -> str:
+        """In one word: `package` or `RBFM_MODELS` (the folder that holds it), `missing`,
+        `no-weights` (its description alone) or `broken` (`problem`)."""
+        if self.stem is None:
+            return "missing"
+        if self.problem is not None:
+            return "broken"
+        if not beside(self.stem, ".safetensors").is_file():
+            return "no-weights"
+        return "package" if self.stem.parent == ASSETS else MODELS_ENV
 
     @property
     def installed(self) -> bool:
-        """Both of its files are in a model folder."""
-        return self.stem is not None and self.stem.with_suffix(".safetensors").exists()
+        """Its description loads and its weights are beside it, in a model folder."""
+        return self.where in ("package", MODELS_ENV)
 
     @property
     def get(self) -> str:
@@ -222,42 +281,49 @@ class ListedModel:
 
 def listed_models() -> list[ListedModel]:
     """Every model of rbfm's and any other that the model folders hold; reads the
-    descriptions and file sizes, not the weights."""
+    descriptions and file sizes, not the weights. A description that does not load is
+    listed with why (`problem`), and keeps none of the others out."""
     installed = installed_models()
     rows = []
     for stem in sorted(MODELS.keys() | installed.keys(), key=_order):
         where = installed.get(stem)
-        size, zero_shot = MODELS.get(stem, (0.0, None))
-        domain = stem.partition("_")[0]
+        size, zero_shot, task_means = MODELS.get(stem, (0.0, None, None))
+        domain, problem = stem.partition("_")[0], None
         if where is not None:
-            domain = str(read_meta(where).get("domain", domain))
-            files = [where.with_suffix(s) for s in (".json", ".safetensors")]
-            size = round(sum(f.stat().st_size for f in files if f.exists()) / 1e6, 1)
-        rows.append(ListedModel(model_name(stem), stem, domain, size, zero_shot, where))
+            try:
+                domain = read_meta(where)["domain"]
+            except CheckpointError as e:
+                problem = str(e)
+            files = [beside(where, s) for s in PAIR]
+            size = round(sum(f.stat().st_size for f in files if f.is_file()) / 1e6, 1)
+        name = model_name(stem)
+        rows.append(ListedModel(name, stem, domain, size, zero_shot, task_means, where, problem))
     return rows
 
 
 def models_table() -> str:
-    """The listing that `rbfm models` and `rbfm.list_models` print: a row per model,
-    then the last line "N of M installed"."""
+    """The listing that `rbfm models` and `rbfm.list_models` print: a row per model, notes
+    (a broken model's problem, an RBFM_MODELS that names no folder), then the last line
+    "N of M installed"."""
     rows = listed_models()
-    labels = {f.resolve(): MODELS_ENV for f in model_folders()[1:]} | {ASSETS.resolve(): "package"}
-    lines = [f"{'model':<27} {'domain':<9} {'MB':>5}  {'zero-shot':<21} {'installed':<11} get it"]
+    head = f"{'model':<27} {'domain':<9} {'MB':>5}  {'zero-shot':<9} {'task means':<17}"
+    lines = [f"{head} {'where':<11} get it"]
     for r in rows:
-        where = "no" if r.stem is None else labels.get(r.stem.resolve().parent, "yes")
-        if r.stem is not None and not r.installed:
-            where = "no weights"
-        zero_shot = r.zero_shot or "-"
+        figures = f"{r.zero_shot or '-':<9} {r.task_means or '-':<17}"
         lines.append(
-            f"{r.name:<27} {r.domain:<9} {r.size_mb:>5.1f}  {zero_shot:<21} {where:<11} {r.get}"
+            f"{r.name:<27} {r.domain:<9} {r.size_mb:>5.1f}  {figures} {r.where:<11} {r.get}"
         )
+    _, wrong = _env_folder()
+    notes = [f"{r.name} is broken: {r.problem}" for r in rows if r.problem is not None]
     installed = sum(r.installed for r in rows)
     return "\n".join(
         [
             *lines,
-            "zero-shot: IQM over all tasks' episodes (mean: of the task means; per task: their "
-            "range), from docs/models.md",
+            "zero-shot: IQM over all tasks' episodes; task means: their mean or their range, "
+            "where no IQM was recorded (docs/models.md)",
             f"clone: {GET}",
+            *notes,
+            *([f"{wrong}: its models are not listed"] if wrong else []),
             f"{installed} of {len(rows)} installed",
         ]
     )
@@ -277,7 +343,7 @@ def save_checkpoint(
     dtype stores the floating-point tensors in another precision (float16 halves the
     file); `load_checkpoint` copies them back into the model's float32.
     """
-    weights = stem.with_suffix(".safetensors")
+    weights = beside(stem, ".safetensors")
     state = {
         k: _stored(v.detach().cpu(), dtype).contiguous()
         for k, v in model.state_dict().items()
@@ -293,7 +359,7 @@ def save_checkpoint(
         "sha256": _sha256(weights),
         **meta,
     }
-    atomic_write(stem.with_suffix(".json"), lambda p: p.write_text(json.dumps(info, indent=2)))
+    atomic_write(beside(stem, ".json"), lambda p: p.write_text(json.dumps(info, indent=2)))
 
 
 def _stored(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
@@ -302,27 +368,33 @@ def _stored(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
 
 def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     stem = resolve(path)
-    meta_path = stem.with_suffix(".json")
+    meta_path = beside(stem, ".json")
     if not meta_path.exists():
         have = ", ".join(_shipped_names()) or "none"
         # Name what the user gave; the description's path only where that exists.
         where = meta_path if Path(path).exists() else path
         raise CheckpointError(
             f"{where}: no such checkpoint (give a run directory, a checkpoint's .json or "
-            f".safetensors, or a shipped model: {have})"
+            f".safetensors, or a shipped model: {have}){_folder_note()}"
         )
     try:
         meta = json.loads(meta_path.read_text())
+    except OSError as e:  # a folder named as a description, or one not readable
+        raise CheckpointError(f"{meta_path}: cannot read it ({e.strerror})") from e
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{meta_path}: not valid JSON ({e})") from e
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{meta_path}: not an rbfm FB checkpoint (format {FORMAT!r})")
+    domain = meta.get("domain")
+    if not isinstance(domain, str) or domain not in DOMAINS:
+        what = "records no domain" if domain is None else f"records domain {domain!r}"
+        raise CheckpointError(f"{meta_path}: {what} (valid: {', '.join(DOMAINS)})")
     return meta
 
 
 def verify_weights(stem: Path, meta: dict[str, Any]) -> None:
     """The weights file exists and is the one its description names (its SHA-256)."""
-    weights = stem.with_suffix(".safetensors")
+    weights = beside(stem, ".safetensors")
     if not weights.exists():
         raise CheckpointError(f"{weights}: missing weights file")
     if _sha256(weights) != meta.get("sha256"):
@@ -335,7 +407,7 @@ def load_checkpoint(
     """Loads a model; checks its file, its shapes and (if given) its domain."""
     stem = resolve(path)
     meta = read_meta(stem)
-    weights = stem.with_suffix(".safetensors")
+    weights = beside(stem, ".safetensors")
     if domain is not None and meta.get("domain") != domain:
         raise CheckpointError(
             f"{path}: a {meta.get('domain')} model, not {domain} (the domain of the "
@@ -381,7 +453,7 @@ def export_checkpoint(
     (a `dataset` there updates the recorded one's fields), its weights stored in
     `dtype` if given."""
     model, meta = load_checkpoint(path)
-    stem = Path(out).with_suffix("") if Path(out).suffix in (".json", ".safetensors") else Path(out)
+    stem = stem_of(out)
     stem.parent.mkdir(parents=True, exist_ok=True)
     keep = {
         k: v

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from rbfm.checks import in_range
 from rbfm.data.demos import Demos
 from rbfm.envs import checked_tasks
 from rbfm.errors import ConfigError
@@ -88,6 +89,8 @@ def expert_demos(
     from rbfm.fb.checkpoint import load_checkpoint
     from rbfm.fb.reward_inference import task_vectors
 
+    # numpy's seed sequences take no negatives: refused by name before the model loads.
+    in_range("fb", "seed", seed, 0, integer=True)
     model, meta = load_checkpoint(checkpoint, device=device)
     z, source = task_vectors(
         model, meta, checked_tasks(meta["domain"], [task]), checkpoint, dataset, seed

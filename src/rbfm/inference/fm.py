@@ -93,12 +93,11 @@ def successor_features(
     return forward_map(obs, actor(obs, zb), zb).mean(0)
 
 
-def infer(
-    model: FBModel, demos: Demos, cfg: FMConfig, seed: int = 0, progress: bool = False
-) -> InferenceResult:
-    """L-BFGS on z = sqrt(d) v / ||v|| from the reward-based z (`er`)."""
-    del progress
-    started = time.perf_counter()
+def starts_and_targets(
+    model: FBModel, demos: Demos, cfg: FMConfig, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The demonstrated states used as starts (at most `cfg.starts`, drawn by `seed`) and
+    each one's discounted features e_k: the objective's data."""
     if model.cfg.context:
         raise DatasetError("fm: models with a context are not supported (F reads a window)")
     device = next(model.parameters()).device
@@ -115,6 +114,24 @@ def infer(
         pick = np.random.default_rng(seed).choice(len(obs), cfg.starts, replace=False)
         index = torch.as_tensor(np.sort(pick), device=device)
         obs, target = obs[index], target[index]
+    return obs, target
+
+
+def score(model: FBModel, obs: torch.Tensor, target: torch.Tensor, z: torch.Tensor) -> float:
+    """The objective (eps = 0) at a given z: how far the model's own prediction of pi_z's
+    discounted features from the starts is from the demonstrated ones (lower: closer)."""
+    with torch.no_grad():
+        features = successor_features(model.actor, model.forward_map, obs, z.to(obs.device))
+        return float(fm_losses(features, target).mean())
+
+
+def infer(
+    model: FBModel, demos: Demos, cfg: FMConfig, seed: int = 0, progress: bool = False
+) -> InferenceResult:
+    """L-BFGS on z = sqrt(d) v / ||v|| from the reward-based z (`er`)."""
+    del progress
+    started = time.perf_counter()
+    obs, target = starts_and_targets(model, demos, cfg, seed)
     # Frozen copies: only z is differentiated, and the caller's model is left untouched.
     actor = copy.deepcopy(model.actor).requires_grad_(False)
     forward_map = copy.deepcopy(model.forward_map).requires_grad_(False)

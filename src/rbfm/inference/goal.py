@@ -31,7 +31,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from rbfm.atomic import atomic_write
+from rbfm.atomic import atomic_write, beside, stem_of
 from rbfm.checks import in_range, known_fields
 from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError, DatasetError
@@ -170,15 +170,15 @@ def write_goals(stem: Path, goals: GoalSequences, meta: dict[str, Any]) -> Path:
     tensors |= {f"key.{i}": k.detach().cpu().contiguous() for i, k in enumerate(goals.keys)}
     info = {"format": FORMAT, **meta, "demonstrations": len(goals.z), "index": goals.index}
     info["lengths"] = [len(z) for z in goals.z]
-    atomic_write(stem.with_suffix(".safetensors"), lambda tmp: save_file(tensors, str(tmp)))
+    atomic_write(beside(stem, ".safetensors"), lambda tmp: save_file(tensors, str(tmp)))
     text = json.dumps(info, indent=2)
-    atomic_write(stem.with_suffix(".json"), lambda tmp: tmp.write_text(text))
-    return stem.with_suffix(".json")
+    atomic_write(beside(stem, ".json"), lambda tmp: tmp.write_text(text))
+    return beside(stem, ".json")
 
 
 def read_goals(path: Path, info: dict[str, Any]) -> GoalSequences:
     """The sequences of a goals file whose description `info` is already read."""
-    weights = path.with_suffix(".safetensors")
+    weights = beside(stem_of(path), ".safetensors")
     index = info.get("index", "time")  # files written before the state index have none
     _check_index(f"{path} index", index)
     try:
@@ -192,6 +192,13 @@ def read_goals(path: Path, info: dict[str, Any]) -> GoalSequences:
     if missing := [k for k in wanted if k not in tensors]:
         raise ConfigError(f"{weights}: index 'state' needs a key per sequence ({missing[0]})")
     keys = [tensors[k] for k in wanted]
+    # Another dtype would fail later, in torch, at the first step of a rollout.
+    if wrong := [k for k, t in tensors.items() if t.dtype != torch.float32]:
+        dtype = str(tensors[wrong[0]].dtype).removeprefix("torch.")
+        raise ConfigError(
+            f"{weights}: {wrong[0]} is {dtype}; goal sequences are float32 (as `rbfm infer` "
+            "writes them)"
+        )
     dims = {z.shape[-1] for z in seqs} | {starts.shape[-1]}
     if (
         len(dims) != 1

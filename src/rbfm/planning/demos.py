@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import json
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from rbfm.atomic import atomic_write
+from rbfm.checks import in_range, out_dir
 from rbfm.data.demos import Demos, save_demos
 from rbfm.envs import get_domain, make_env
 from rbfm.envs.dynamics import Dynamics, check_dynamics
@@ -70,8 +72,14 @@ def _load_part(path: Path) -> PlannedEpisode:
     try:
         with np.load(path, allow_pickle=False) as npz:
             return PlannedEpisode(*(npz[k] for k in PlannedEpisode.__dataclass_fields__))
-    except (OSError, ValueError, KeyError) as e:
-        raise DatasetError(f"{path}: unreadable planner episode ({e}); delete it") from e
+    except (PermissionError, IsADirectoryError) as e:  # a whole episode may be behind it
+        raise DatasetError(f"{path}: cannot read it ({e.strerror})") from None
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        # Not numpy's reason: for random bytes it suggests unpickling them.
+        raise DatasetError(
+            f"{path}: not a whole planner episode (empty, truncated or another file); "
+            "delete it and rerun to plan it again"
+        ) from None
 
 
 def planned_episodes(
@@ -90,18 +98,21 @@ def planned_episodes(
     get_domain(domain).reward_fn(task)
     if episodes < 1:
         raise ConfigError(f"episodes: {episodes} planner episodes asked for (valid: >= 1)")
+    in_range("mpc", "seed", seed, 0, integer=True)  # numpy's seed sequences take no negatives
     dyn = check_dynamics(domain, dynamics or {})
     key = _part_key(domain, task, config, dyn, seed) + ("" if steps is None else f"-{steps}")
+    out_dir(parts, "--parts")  # else the first episode's minutes are lost when it is kept
     parts.mkdir(parents=True, exist_ok=True)
+    paths = [parts / f"{key}-episode-{i:04d}.npz" for i in range(episodes)]
+    # Every kept episode is read before any is planned: a bad one stops the run at once,
+    # not after the hours of planning the episodes before it.
+    kept = {path: _load_part(path) for path in paths if path.exists()}
     out = []
-    for i in range(episodes):
-        path = parts / f"{key}-episode-{i:04d}.npz"
-        if path.exists():
-            out.append(_load_part(path))
-            continue
-        episode = planned_episode(domain, task, config, i, seed, dyn, steps, progress)
-        _save_part(path, episode)
-        out.append(episode)
+    for i, path in enumerate(paths):
+        if path not in kept:
+            kept[path] = planned_episode(domain, task, config, i, seed, dyn, steps, progress)
+            _save_part(path, kept[path])
+        out.append(kept[path])
     return out
 
 

@@ -319,9 +319,7 @@ def _suptitle(fig: Figure, text: str) -> None:
 def save_figure(fig: Figure, out: str | os.PathLike[str]) -> Path:
     """Writes the figure as a PNG (`out` without suffix or with .png; one format, so that
     docs/ holds one copy of each figure; `plots.save_png`) and returns its path."""
-    out = Path(out)
-    stem = out.with_suffix("") if out.suffix.lower() == ".png" else out
-    return save_png(fig, stem.with_suffix(".png"))
+    return save_png(fig, Path(out))
 
 
 # ---------------------------------------------------------------------------------------------

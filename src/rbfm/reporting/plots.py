@@ -13,6 +13,7 @@ from matplotlib.figure import Figure
 from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 
+from rbfm.atomic import beside
 from rbfm.errors import ConfigError
 from rbfm.evaluation.sweep import SweepRow
 from rbfm.methods import REGISTRY, display_label
@@ -120,10 +121,12 @@ def caption_width(fig_width: float) -> int:
 
 
 def save_png(fig: Figure, out: Path, title: str | None = None) -> Path:
-    """Writes `fig` to `out` as an optimised PNG of 256 palette colours: a plot's flat
-    colours and their anti-aliased edges fit a palette, at a fraction of the size of full
-    colour. `title` goes in the file's metadata; no software version does, so reruns give
-    the same bytes."""
+    """Writes `fig` as an optimised PNG of 256 palette colours to `out`, or to `out` with
+    `.png` appended where it ends otherwise (PNG bytes under `fig.jpg` would mislead), and
+    returns the path: a plot's flat colours and their anti-aliased edges fit a palette, at
+    a fraction of the size of full colour. `title` goes in the file's metadata; no
+    software version does, so reruns give the same bytes."""
+    out = out if out.suffix.lower() == ".png" else beside(out, ".png")
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=DPI)
     image = Image.open(buffer).convert("RGB").quantize(256)
@@ -131,7 +134,7 @@ def save_png(fig: Figure, out: Path, title: str | None = None) -> Path:
     if title:
         info.add_text("Title", title)
     out.parent.mkdir(parents=True, exist_ok=True)
-    image.save(out, optimize=True, pnginfo=info)
+    image.save(out, format="PNG", optimize=True, pnginfo=info)
     return out
 
 
