@@ -11,7 +11,7 @@ the demonstrations' own return (the same planner; `runs/demos/mpc`).
 from __future__ import annotations
 
 import argparse
-import csv
+import sys
 import time
 from pathlib import Path
 
@@ -21,6 +21,9 @@ from rbfm.atomic import atomic_csv
 from rbfm.envs import families, get_perturbation
 from rbfm.planning import mpc_config
 from rbfm.planning.demos import planned_episodes
+
+sys.path.insert(0, str(Path(__file__).parent))
+from external_files import read_rows
 
 PARTS = Path("runs/external_ceiling")
 TABLE = Path("docs/results/external/ceiling.csv")
@@ -33,10 +36,7 @@ def main() -> None:
     p.add_argument("--tasks", nargs="+", required=True)
     p.add_argument("--episodes", type=int, default=2)
     args = p.parse_args()
-    rows = []
-    if TABLE.exists():
-        with open(TABLE) as f:
-            rows = list(csv.DictReader(f))
+    rows = read_rows(TABLE)
     for item in args.tasks:
         domain, task = item.split(":")
         config = mpc_config(domain)

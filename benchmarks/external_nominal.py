@@ -7,9 +7,11 @@ For every planner demonstrations file `runs/demos/mpc/DOMAIN_TASK.npz` (from
 `docs/results/external/make_demos.sh`, i.e. `rbfm demos --expert mpc`), each method infers from 4 of
 its episodes per seed (5 seeds) and its policy runs 20 episodes from the evaluation's
 initial states (the same for every method: paired) at nominal physics and at the two
-strongest levels of each of the domain's three families (`--strongest`). Task vectors are kept in
-`runs/external_nominal/z/` and rows go to `runs/external_nominal/rows.csv` as each
-(task, method, seed) ends, so a rerun resumes; the tables are printed and written to
+strongest levels of each of the domain's three families (`--strongest`). `stored` is the
+model's own reward-inferred z, what the model returns given the task's reward: the limit
+imitation is read against. Task vectors are kept in `runs/external_nominal/z/` and rows
+(each naming its model's file) go to `runs/external_nominal/rows.csv` as each
+(model, task, method, seed) ends, so a rerun resumes; the tables are printed and written to
 docs/results/external/tables.md, and with `--table-only` each domain's figure of the
 shares (`--figure-methods`) to docs/results/external/nominal-DOMAIN.png.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -26,18 +29,20 @@ import numpy as np
 import torch
 
 from rbfm import EVAL_SEED
-from rbfm.envs import families, get_perturbation
+from rbfm.envs import DOMAINS, families, get_perturbation
 from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy
 from rbfm.evaluation.aggregate import iqm, stratified_iqm
 from rbfm.evaluation.rollout import Policy
-from rbfm.fb.checkpoint import load_checkpoint
+from rbfm.fb.checkpoint import load_checkpoint, resolve
 from rbfm.inference import infer, load_demos
 from rbfm.inference.adapt import AdaptConfig, adapt
 from rbfm.inference.goal import GoalConfig, GoalPolicy, infer_sequences
 from rbfm.methods import get_method
 from rbfm.reporting.figures import save_figure
 
-DEMOS = Path("runs/demos/mpc")
+sys.path.insert(0, str(Path(__file__).parent))
+from external_files import demonstrated, model_rows, read_rows
+
 ROWS = Path("runs/external_nominal/rows.csv")
 PAGE = Path("docs/results/external/tables.md")
 CEILING = Path("docs/results/external/ceiling.csv")
@@ -77,18 +82,22 @@ def _z(model, demos, method: str, seed: int, key: str) -> tuple[torch.Tensor, fl
     return result.z, result.seconds
 
 
-def _policy(model, demos, method: str, seed: int, domain: str, task: str) -> tuple[Policy, float]:  # type: ignore[no-untyped-def]
-    """`goal`, a single-z method, or METHOD+aK: its z adapted with K reward-free episodes
-    at nominal physics (the adapt stage's settings: line search, B-distance criterion)."""
+def _policy(  # type: ignore[no-untyped-def]
+    model, demos, method: str, seed: int, env: EnvSpec, key: str, stored: list[float]
+) -> tuple[Policy, float]:
+    """`goal`, a single-z method, METHOD+aK: its z adapted with K reward-free episodes
+    at nominal physics (the adapt stage's settings: line search, B-distance criterion),
+    or `stored`: the model's own reward-inferred z, what it returns given the reward."""
+    if method == "stored":
+        return fb_policy(model, torch.tensor(stored)), 0.0
     if method in ("goal", "goal-state"):  # goal-state: GoalConfig's state index
         index = "state" if method == "goal-state" else "time"
         goals = infer_sequences(model, demos, GoalConfig(index=index))
         return GoalPolicy(model, goals), goals.seconds
     base, _, budget = method.partition("+a")
-    z, seconds = _z(model, demos, base, seed, f"{domain}_{task}_{base}_{seed}")
+    z, seconds = _z(model, demos, base, seed, f"{key}_{env.task}_{base}_{seed}")
     if budget:
         start = time.perf_counter()
-        env = EnvSpec(domain, task)
         z = adapt(model, demos, z, env, AdaptConfig(budget=int(budget)), seed=seed).z
         seconds += time.perf_counter() - start
     return fb_policy(model, z), seconds
@@ -100,15 +109,13 @@ def cells(domain: str, strongest: bool) -> list[tuple[str, float | None]]:
     return [("none", None), *(shifted if strongest else [])]
 
 
-def _done() -> set[tuple[str, str, str, int, str, str]]:
-    """The (task, method, seed, cell) rows already written."""
-    if not ROWS.exists():
-        return set()
-    with open(ROWS) as f:
-        return {
-            (r["domain"], r["task"], r["method"], int(r["seed"]), r["family"], r["level"])
-            for r in csv.DictReader(f)
-        }
+def _done() -> set[tuple[str, str, str, str, int, str, str]]:
+    """The (model, task, method, seed, cell) rows already written."""
+    return {
+        (r["model"], r["domain"], r["task"], r["method"], int(r["seed"]), r["family"],
+         r["level"])
+        for r in model_rows(ROWS)
+    }  # fmt: skip
 
 
 def run(methods: list[str], tasks: list[str], seeds: int, episodes: int, strongest: bool) -> None:
@@ -121,14 +128,11 @@ def run(methods: list[str], tasks: list[str], seeds: int, episodes: int, stronge
         writer = csv.DictWriter(f, COLUMNS)
         if new:
             writer.writeheader()
-        for item in tasks:
-            domain, task = item.split(":")
-            path = DEMOS / f"{domain}_{task}.npz"
-            if not path.exists():
-                print(f"{item}: no planner demonstrations yet ({path})")
-                continue
+        for domain, task, path in demonstrated(tasks):
             demos = load_demos(path)
-            model, _ = load_checkpoint(domain)
+            model, meta = load_checkpoint(domain)
+            # The default model by its file: a domain's default changes between versions.
+            key = resolve(domain).name
             # Seed-major: whatever has ended is paired across the methods.
             for seed in range(seeds):
                 for method in methods:
@@ -136,14 +140,17 @@ def run(methods: list[str], tasks: list[str], seeds: int, episodes: int, stronge
                     todo = [
                         (fam, lv)
                         for fam, lv in cells(domain, strongest and "+a" not in method)
-                        if (domain, task, method, seed, fam, "" if lv is None else str(lv))
+                        if (key, domain, task, method, seed, fam, "" if lv is None else str(lv))
                         not in done
                     ]
                     if not todo:
                         continue
                     start = time.perf_counter()
                     picked = demos.sample(4, seed)
-                    policy, infer_seconds = _policy(model, picked, method, seed, domain, task)
+                    policy, infer_seconds = _policy(
+                        model, picked, method, seed, EnvSpec(domain, task), key,
+                        meta["task_z"][task],
+                    )  # fmt: skip
                     specs = [
                         EnvSpec(domain, task, None if fam == "none" else fam, lv)
                         for fam, lv in todo
@@ -154,7 +161,7 @@ def run(methods: list[str], tasks: list[str], seeds: int, episodes: int, stronge
                     means = res.returns.reshape(len(specs), episodes).mean(1)
                     for (fam, lv), mean in zip(todo, means, strict=True):
                         writer.writerow({
-                            "domain": domain, "task": task, "model": domain, "method": method,
+                            "domain": domain, "task": task, "model": key, "method": method,
                             "seed": seed, "family": fam, "level": "" if lv is None else lv,
                             "mean": f"{mean:.2f}",
                             "demonstrator": f"{picked.returns.mean():.2f}",
@@ -162,8 +169,8 @@ def run(methods: list[str], tasks: list[str], seeds: int, episodes: int, stronge
                         })  # fmt: skip
                     f.flush()
                     took = time.perf_counter() - start
-                    print(f"{item} {method} seed {seed}: {len(todo)} cells, first {means[0]:.1f} "
-                          f"({took:.0f} s)", flush=True)  # fmt: skip
+                    print(f"{domain}:{task} {method} seed {seed}: {len(todo)} cells, first "
+                          f"{means[0]:.1f} ({took:.0f} s)", flush=True)  # fmt: skip
 
 
 def _bootstrap_iqm(fractions: np.ndarray, reps: int = 2000) -> tuple[float, float, float]:
@@ -177,9 +184,14 @@ def _bootstrap_iqm(fractions: np.ndarray, reps: int = 2000) -> tuple[float, floa
     return iqm(fractions.ravel()), float(lo), float(hi)
 
 
+def _rows() -> list[dict[str, str]]:
+    """The rows of each domain's current default model."""
+    current = {resolve(d).name for d in DOMAINS}
+    return [r for r in model_rows(ROWS) if r["model"] in current]
+
+
 def table(methods: list[str]) -> str:
-    with open(ROWS) as f:
-        rows = [r for r in csv.DictReader(f) if r["family"] == "none"]
+    rows = [r for r in _rows() if r["family"] == "none"]
     lines = [
         "| domain | task | demonstrator | " + " | ".join(methods) + " |",
         "| --- | --- | --- | " + " | ".join("---" for _ in methods) + " |",
@@ -240,17 +252,16 @@ def table(methods: list[str]) -> str:
     return "\n".join(lines)
 
 
-def figure(domain: str, methods: list[str], seeds: int, episodes: int) -> Path | None:
+def figure(domain: str, methods: list[str], seeds: int, episodes: int, page: Path) -> Path | None:
     """The domain's shares per task and method: a bar at the mean over seeds, a dot per
     seed (5 seeds: the dots say more than an interval would), the demonstrator at 100%."""
     from matplotlib.figure import Figure
 
     shares: dict[tuple[str, str], list[float]] = {}
-    with open(ROWS) as f:
-        for r in csv.DictReader(f):
-            if r["domain"] == domain and r["family"] == "none" and r["method"] in methods:
-                share = 100 * float(r["mean"]) / float(r["demonstrator"])
-                shares.setdefault((r["task"], r["method"]), []).append(share)
+    for r in _rows():
+        if r["domain"] == domain and r["family"] == "none" and r["method"] in methods:
+            share = 100 * float(r["mean"]) / float(r["demonstrator"])
+            shares.setdefault((r["task"], r["method"]), []).append(share)
     tasks = [t for d, t in (i.split(":") for i in TASKS) if d == domain]
     tasks = [t for t in tasks if any((t, m) in shares for m in methods)]
     if not tasks:
@@ -281,7 +292,7 @@ def figure(domain: str, methods: list[str], seeds: int, episodes: int) -> Path |
     what = f"{seeds} seeds x {episodes} episodes; bar: mean, dot: a seed"
     ax.set_title(f"{domain}: imitating the planner at nominal physics ({what})", fontsize=9)
     fig.legend(fontsize=7, loc="outside lower center", ncols=3)  # below: no bar hidden
-    return save_figure(fig, PAGE.parent / f"nominal-{domain}.png")
+    return save_figure(fig, page.parent / f"nominal-{domain}.png")
 
 
 def main() -> None:
@@ -294,6 +305,7 @@ def main() -> None:
     p.add_argument("--figure-methods", nargs="+", default=["fbil", "er", "goal", "er+a5"])
     # Off by default: at 20 episodes a cell the six shifted cells cost 6x the nominal one.
     p.add_argument("--strongest", action="store_true", help="also each family's two strongest")
+    p.add_argument("--page", type=Path, default=PAGE, help="--table-only: the tables' file")
     args = p.parse_args()
     if not args.table_only:
         run(args.methods, args.tasks, args.seeds, args.episodes, args.strongest)
@@ -307,12 +319,13 @@ def main() -> None:
     pooled, as_shares = shift_pooled(strongest), shift_pooled(strongest, shares=True)
     print(shifted + "\n\n" + pooled + "\n\n" + as_shares)
     for domain in dict.fromkeys(i.split(":")[0] for i in TASKS):
-        if (path := figure(domain, args.figure_methods, args.seeds, args.episodes)) is not None:
+        path = figure(domain, args.figure_methods, args.seeds, args.episodes, args.page)
+        if path is not None:
             print(f"wrote {path} ({path.stat().st_size // 1024} KB)")
-    PAGE.parent.mkdir(parents=True, exist_ok=True)
-    PAGE.write_text(
+    args.page.parent.mkdir(parents=True, exist_ok=True)
+    args.page.write_text(
         "# Imitating a planner: the tables\n\n"
-        "Made by `python benchmarks/external_nominal.py --table-only` from "
+        f"Made by `python benchmarks/external_nominal.py {' '.join(sys.argv[1:])}` from "
         "`runs/external_nominal/rows.csv`.\n\n## At nominal physics\n\n"
         "Per task: the mean over seeds of each method's mean return over 20 episodes "
         "(in brackets its share of the demonstrator's return on the same seed's 4 "
@@ -341,8 +354,7 @@ def shift_pooled(methods: list[str], shares: bool = False) -> str:
     `shares`, each return as a share (%) of the demonstrator's nominal return on the same
     seed's demonstrations, so tasks of different scales pool as at nominal (raw returns
     pool a task's cells at its own scale: the IQM's trimmed quarters are whole tasks)."""
-    with open(ROWS) as f:
-        rows = [r for r in csv.DictReader(f) if r["family"] != "none" and r["method"] in methods]
+    rows = [r for r in _rows() if r["family"] != "none" and r["method"] in methods]
     lines = [
         "| domain (tasks) | " + " | ".join(methods) + " |",
         "| --- | " + " | ".join("---" for _ in methods) + " |",
@@ -382,10 +394,8 @@ def read_ceilings() -> dict[tuple[str, str], list[float]]:
     ceiling.csv, and for the tasks it lacks (or holds only some cells of), the default
     model's cells of a grid stage."""
     ceilings: dict[tuple[str, str], list[float]] = {}
-    if CEILING.exists():
-        with open(CEILING) as f:
-            for r in csv.DictReader(f):
-                ceilings.setdefault((r["domain"], r["task"]), []).append(float(r["mean"]))
+    for r in read_rows(CEILING):
+        ceilings.setdefault((r["domain"], r["task"]), []).append(float(r["mean"]))
     # A task counts as planned here only with all its strongest cells (nominal excluded).
     ceilings = {k: v for k, v in ceilings.items() if len(v) == len(cells(k[0], True)) - 1}
     planned = set(ceilings)
@@ -402,8 +412,7 @@ def read_ceilings() -> dict[tuple[str, str], list[float]]:
 def shift_table(methods: list[str]) -> str:
     """Per task, the ceiling and each method's return over the six strongest cells (the
     methods run at them: no empty column)."""
-    with open(ROWS) as f:
-        rows = [r for r in csv.DictReader(f) if r["family"] != "none"]
+    rows = [r for r in _rows() if r["family"] != "none"]
     methods = [m for m in methods if any(r["method"] == m for r in rows)]
     ceilings = read_ceilings()
     lines = [

@@ -36,19 +36,12 @@ PAPER_STEPS = {
 
 
 def synthetic_demos(episodes: int = 4, steps: int = 1000) -> Demos:
+    """Random cheetah episodes (no reward, no physics): inference reads only their
+    observations and actions."""
     rng = np.random.default_rng(0)
-    rows = episodes * (steps + 1)
-    return Demos(
-        "cheetah",
-        "run",
-        rng.standard_normal((rows, 17)).astype(np.float32),
-        rng.uniform(-1, 1, (episodes * steps, 6)).astype(np.float32),
-        np.zeros((rows, 18)),
-        np.zeros(episodes * steps),
-        np.full(episodes, steps),
-        np.zeros(episodes),
-        {},
-    )
+    observations = rng.standard_normal((episodes, steps + 1, 17))
+    actions = rng.uniform(-1, 1, (episodes, steps, 6))
+    return Demos.from_arrays("cheetah", "run", list(observations), list(actions))
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ episode count and keeping the rest.
 from __future__ import annotations
 
 import argparse
-import csv
+import sys
 import time
 from pathlib import Path
 
@@ -25,7 +25,9 @@ from rbfm.data.demos import load_demos
 from rbfm.planning import mpc_config
 from rbfm.planning.demos import planned_episodes
 
-DEMOS = Path("runs/demos/mpc")
+sys.path.insert(0, str(Path(__file__).parent))
+from external_files import demonstrated, read_rows
+
 PARTS = Path("runs/planner_size")
 TABLE = Path("docs/results/external/planner_size.csv")
 COLUMNS = (
@@ -39,16 +41,8 @@ def main() -> None:
     p.add_argument("--tasks", nargs="+", default=["cheetah:run", "walker:walk"])
     p.add_argument("--episodes", type=int, default=2)
     args = p.parse_args()
-    rows = []
-    if TABLE.exists():
-        with open(TABLE) as f:
-            rows = list(csv.DictReader(f))
-    for item in args.tasks:
-        domain, task = item.split(":")
-        demos_file = DEMOS / f"{domain}_{task}.npz"
-        if not demos_file.exists():
-            print(f"{item}: no demonstrations file {demos_file}; skipped")
-            continue
+    rows = read_rows(TABLE)
+    for domain, task, demos_file in demonstrated(args.tasks):
         preset = mpc_config(domain)
         larger = mpc_config(
             domain, {"samples": 2 * preset.samples, "horizon": (3 * preset.horizon) // 2}
@@ -66,7 +60,10 @@ def main() -> None:
             f"{own.mean():.1f}", f"{larger.samples}x{larger.horizon}", f"{big.mean():.1f}",
             f"{took:.0f}",
         ), strict=True)))  # fmt: skip
-        print(f"{item}: preset {own.mean():.1f}, larger {big.mean():.1f} ({took:.0f} s/episode)")
+        print(
+            f"{domain}:{task}: preset {own.mean():.1f}, larger {big.mean():.1f} "
+            f"({took:.0f} s/episode)"
+        )
     TABLE.parent.mkdir(parents=True, exist_ok=True)
     atomic_csv(TABLE, rows, COLUMNS)
 

@@ -1,0 +1,43 @@
+"""What the external (planner) benchmarks share: the planner's demonstrations files and the
+tables they extend run by run. Imported by external_ceiling.py, external_nominal.py and
+planner_size.py; nothing to run."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from pathlib import Path
+
+# `rbfm demos --expert mpc`'s files, DOMAIN_TASK.npz (docs/results/external/make_demos.sh).
+DEMOS = Path("runs/demos/mpc")
+
+
+def demonstrated(tasks: list[str]) -> Iterator[tuple[str, str, Path]]:
+    """(domain, task, demonstrations file) of each DOMAIN:TASK the planner has
+    demonstrated; the others are named and skipped."""
+    for item in tasks:
+        domain, task = item.split(":")
+        path = DEMOS / f"{domain}_{task}.npz"
+        if path.exists():
+            yield domain, task, path
+        else:
+            print(f"{item}: no planner demonstrations yet ({path}); skipped")
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """A table's rows so far (none before its first run), to extend and write back whole."""
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def model_rows(path: Path) -> list[dict[str, str]]:
+    """`external_nominal`'s rows, each `model` the file stem of the model it ran on. Rows
+    written before the column named the file hold the domain: its default of then, the
+    same file but for walker's (the `cpu` walker, `walker_rnd-v5`, until 2026-12-05)."""
+    legacy = {"walker": "walker_rnd-v5", "cheetah": "cheetah_rnd", "quadruped": "quadruped_rnd"}
+    rows = read_rows(path)
+    for r in rows:
+        r["model"] = legacy.get(r["model"], r["model"])
+    return rows
