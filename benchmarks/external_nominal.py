@@ -322,6 +322,7 @@ def main() -> None:
         path = figure(domain, args.figure_methods, args.seeds, args.episodes, args.page)
         if path is not None:
             print(f"wrote {path} ({path.stat().st_size // 1024} KB)")
+    shifted_page = _shifted_page(shifted, pooled, as_shares)
     args.page.parent.mkdir(parents=True, exist_ok=True)
     args.page.write_text(
         "# Imitating a planner: the tables\n\n"
@@ -331,8 +332,16 @@ def main() -> None:
         "(in brackets its share of the demonstrator's return on the same seed's 4 "
         "demonstrations); per domain: the IQM of those per-seed shares (%) over the "
         "domain's tasks, stratified-bootstrap 95% CI. `METHOD+aK`: its z adapted with K "
-        "reward-free episodes at nominal physics.\n\n" + text + "\n\n"
-        "## At each family's two strongest levels\n\n"
+        "reward-free episodes at nominal physics.\n\n" + text + "\n" + shifted_page
+    )
+
+
+def _shifted_page(shifted: str, pooled: str, as_shares: str) -> str:
+    """The page's part at the strongest levels: nothing where no row was measured there."""
+    if not any(r["family"] != "none" for r in _rows()):
+        return ""
+    return (
+        "\n## At each family's two strongest levels\n\n"
         "Per task: the ceiling (the planner run inside the perturbed simulator, "
         "`benchmarks/external_ceiling.py`, 2 episodes per cell) and each method's return, "
         "both averaged over the six cells (three families, two levels); in brackets the "
