@@ -243,6 +243,11 @@ def test_paper_settings_are_tables_5_to_7(demos: Demos) -> None:
         cfg = method_config(method, "paper")
         assert cfg.batch_size == 512 and cfg.noise_std == 0.1 and cfg.schedule == "constant"
         assert {k: getattr(cfg, k) for k in fields} == fields
+    # The reductions take no settings: a name that would change nothing is refused here
+    # too, as on the command line and in specs.
+    for method in ("er", "fm"):
+        with pytest.raises(ConfigError, match=f"'paper' does nothing for {method}"):
+            method_config(method, "paper")
     heavy = method_config("rbfm-heavy", "paper")
     assert heavy.critic_lr == heavy.tau_lr == 3e-4 and heavy.tau_param == "raw"
     m, z_true = _linear_model()

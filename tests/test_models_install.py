@@ -286,3 +286,35 @@ def test_rbfm_models_says_where_in_one_word_and_puts_one_kind_of_figure_in_a_col
     footnote = next(line for line in lines[27:] if line.startswith("zero-shot: IQM over all"))
     assert "; task means: their mean or their range, where no IQM was recorded" in footnote
     assert lines[-1] == "0 of 26 installed"
+
+
+def test_a_folder_from_before_walkers_default_moved_lists_its_walker_rnd_by_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`walker_rnd` (the `cpu` walker's old files) in RBFM_MODELS: `walker:rnd` loads the
+    default now, so the listing and the weights' lookup name the file by its path, which
+    loads it; the name goes on loading the default."""
+    old = tmp_path / "old"
+    old.mkdir()
+    for suffix in (".json", ".safetensors"):
+        shutil.copy(ASSETS / f"walker_rnd-v4{suffix}", old / f"walker_rnd{suffix}")
+    monkeypatch.setenv("RBFM_MODELS", str(old))
+    row = next(r for r in listed_models() if r.file == "walker_rnd")
+    assert row.name == str(old / "walker_rnd") and row.where == "RBFM_MODELS"
+    sha = read_meta(old / "walker_rnd")["sha256"]
+    assert load_checkpoint(row.name)[1]["sha256"] == sha
+    assert resolve("walker:rnd") == resolve("walker")
+    # walker_rnd-v4's own file comes first (the package's folder): the same weights.
+    assert checkpoint.named_for_weights(sha) == "walker:rnd-v4"
+    # Weights of its own are found by the path, never by the name that loads another.
+    meta = json.loads((old / "walker_rnd.json").read_text()) | {"sha256": "ab" * 32}
+    (old / "walker_rnd.json").write_text(json.dumps(meta))
+    assert checkpoint.named_for_weights("ab" * 32) == str(old / "walker_rnd")
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert f"{old / 'walker_rnd'}: its name, walker:rnd, loads walker's default" in out
+    header, row_line = (
+        out.splitlines()[0],
+        next(line for line in out.splitlines() if line.startswith(str(old))),
+    )
+    assert row_line.index("walker ") == header.index("domain")  # the columns stay aligned

@@ -141,6 +141,19 @@ def _is_default(domain: str, label: str) -> bool:
     return DEFAULTS.get(domain) == label
 
 
+def _shadowed(stem: str) -> bool:
+    """`<domain>_rnd` where the domain's default is another file: its name, `domain:rnd`,
+    loads the default (`shipped_model`), so only its path reaches it (a model folder from
+    before walker's default moved holds `walker_rnd`, the `cpu` walker)."""
+    domain, _, label = stem.partition("_")
+    return label == "rnd" and DEFAULTS.get(domain, "rnd") != "rnd"
+
+
+def _name_of(stem: str, where: Path) -> str:
+    """The name that loads the model installed at `where`: its path if shadowed."""
+    return str(where) if _shadowed(stem) else model_name(stem)
+
+
 def model_name(stem: str) -> str:
     """`walker_rnd-nominal-paper` -> `walker` (a domain's default), `walker_aps` ->
     `walker:aps`."""
@@ -171,7 +184,7 @@ def named_for_weights(sha256: str) -> str | None:
     for stem, where in installed_models().items():
         try:
             if read_meta(where).get("sha256") == sha256:
-                return model_name(stem)
+                return _name_of(stem, where)
         except RbfmError:  # a broken description is the listing's to report
             continue
     return None
@@ -296,7 +309,7 @@ def listed_models() -> list[ListedModel]:
                 problem = str(e)
             files = [beside(where, s) for s in PAIR]
             size = round(sum(f.stat().st_size for f in files if f.is_file()) / 1e6, 1)
-        name = model_name(stem)
+        name = model_name(stem) if where is None else _name_of(stem, where)
         rows.append(ListedModel(name, stem, domain, size, zero_shot, task_means, where, problem))
     return rows
 
@@ -306,15 +319,22 @@ def models_table() -> str:
     (a broken model's problem, an RBFM_MODELS that names no folder), then the last line
     "N of M installed"."""
     rows = listed_models()
-    head = f"{'model':<27} {'domain':<9} {'MB':>5}  {'zero-shot':<9} {'task means':<17}"
+    wide = max(27, *(len(r.name) for r in rows))  # a path (a shadowed file) widens it
+    head = f"{'model':<{wide}} {'domain':<9} {'MB':>5}  {'zero-shot':<9} {'task means':<17}"
     lines = [f"{head} {'where':<11} get it"]
     for r in rows:
         figures = f"{r.zero_shot or '-':<9} {r.task_means or '-':<17}"
         lines.append(
-            f"{r.name:<27} {r.domain:<9} {r.size_mb:>5.1f}  {figures} {r.where:<11} {r.get}"
+            f"{r.name:<{wide}} {r.domain:<9} {r.size_mb:>5.1f}  {figures} {r.where:<11} {r.get}"
         )
     _, wrong = _env_folder()
     notes = [f"{r.name} is broken: {r.problem}" for r in rows if r.problem is not None]
+    notes += [
+        f"{r.name}: its name, {model_name(r.file)}, loads {r.domain}'s default "
+        f"({r.domain}), so it loads by its path"
+        for r in rows
+        if r.stem is not None and _shadowed(r.file)
+    ]
     installed = sum(r.installed for r in rows)
     return "\n".join(
         [

@@ -14,7 +14,7 @@ from typing import Any
 
 from rbfm.checks import known_fields
 from rbfm.data.demos import Demos, load_demos, save_demos
-from rbfm.errors import unknown
+from rbfm.errors import ConfigError, unknown
 from rbfm.fb.model import FBModel
 from rbfm.inference import er, fbil, fm, rbfm_heavy, rbfm_light
 from rbfm.inference.common import InferenceResult
@@ -48,6 +48,13 @@ def method_config(method: str, settings: str = "default", **overrides: Any) -> A
         raise unknown("inference method", method, METHODS)
     if settings not in SETTINGS:
         raise unknown("inference settings", settings, SETTINGS)
+    if settings != "default" and not SETTINGS[settings][method]:
+        # A name that changes nothing is refused, as the CLI, specs and rbfm.imitate do.
+        readers = ", ".join(m for m, fields in SETTINGS[settings].items() if fields)
+        raise ConfigError(
+            f"settings {settings!r} does nothing for {method} ({method} takes no settings; "
+            f"{settings!r} is for {readers})"
+        )
     known_fields(METHODS[method][1], overrides, method)
     return METHODS[method][1](**(SETTINGS[settings][method] | overrides))
 
