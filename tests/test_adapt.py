@@ -14,7 +14,8 @@ from rbfm.evaluation.sweep import sweep
 from rbfm.fb import FBModel
 from rbfm.fb.networks import project
 from rbfm.inference import Demos, generate_demos
-from rbfm.inference.adapt import ADAPT_SEED_OFFSET, AdaptConfig, adapt
+from rbfm.inference.adapt import ADAPT_SEED_OFFSET, AdaptConfig, adapt, clearly_better
+from rbfm.inference.expert_demos import demo_embedding
 
 ENV = EnvSpec("cheetah", "run", "joint_friction", 15.0)
 
@@ -46,7 +47,7 @@ class _Counting(RolloutEngine):
 def test_adaptation_never_reads_a_reward_and_is_deterministic(
     model: FBModel, demos: Demos, z0: torch.Tensor
 ) -> None:
-    cfg = AdaptConfig(budget=3)
+    cfg = AdaptConfig(budget=3, keep="best")
     a = adapt(model, demos, z0, ENV, cfg, seed=2)
     # The same environment with another task's reward: every reward differs, nothing else.
     b = adapt(
@@ -94,14 +95,15 @@ def test_adaptation_stops_at_its_budget_on_seeds_evaluation_never_uses(
 
 
 def test_the_oracle_chooses_by_return(model: FBModel, demos: Demos, z0: torch.Tensor) -> None:
-    res = adapt(model, demos, z0, ENV, AdaptConfig(budget=3, criterion="reward"), seed=2)
+    cfg = AdaptConfig(budget=3, criterion="reward", keep="best")
+    res = adapt(model, demos, z0, ENV, cfg, seed=2)
     assert res.z is res.candidates[int(np.argmax(res.returns))]
 
 
 def test_the_cone_search_samples_at_a_fixed_angle_and_never_reads_a_reward(
     model: FBModel, demos: Demos, z0: torch.Tensor
 ) -> None:
-    cfg = AdaptConfig(budget=4, search="cone", cosine=0.9)
+    cfg = AdaptConfig(budget=4, search="cone", cosine=0.9, keep="best")
     a = adapt(model, demos, z0, ENV, cfg, seed=2)
     start = project(z0, model.radius)
     assert torch.allclose(a.candidates[0], start)
@@ -120,7 +122,7 @@ def test_the_cone_search_samples_at_a_fixed_angle_and_never_reads_a_reward(
 def test_the_implied_criterion_chooses_by_the_start_z_reward_and_never_reads_a_reward(
     model: FBModel, demos: Demos, z0: torch.Tensor
 ) -> None:
-    cfg = AdaptConfig(budget=4, search="cone", criterion="implied")
+    cfg = AdaptConfig(budget=4, search="cone", criterion="implied", keep="best")
     a = adapt(model, demos, z0, ENV, cfg, seed=2)
     other = EnvSpec("cheetah", "walk_backward", ENV.perturbation, ENV.level)
     b = adapt(model, demos, z0, other, cfg, seed=2)
@@ -153,6 +155,10 @@ def test_the_implied_criterion_chooses_by_the_start_z_reward_and_never_reads_a_r
         ({"step": 0.0}, "step"),
         ({"search": "grid"}, "search"),
         ({"search": "cone", "cosine": 1.0}, "cosine"),
+        ({"keep": "last"}, "keep: 'last'"),
+        ({"block": 0}, "block: 0 steps"),
+        ({"alpha": 0.5}, "alpha"),
+        ({"alpha": float("nan")}, "alpha"),
     ],
 )
 def test_bad_configs_are_refused(kwargs: dict[str, Any], match: str) -> None:
@@ -168,3 +174,49 @@ def test_an_environment_of_another_domain_is_refused(
     walker_demos = Demos("walker", "walk", *(np.zeros(1),) * 6, {})  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="a model of another domain"):
         adapt(model, walker_demos, z0, EnvSpec("walker", "walk"), AdaptConfig(budget=1))
+
+
+def test_the_paired_block_test_on_exact_cases() -> None:
+    start = [1.0, 2.0, 3.0, 4.0]
+    assert clearly_better([0.9, 1.9, 2.9, 3.9], start, 0.05)  # the same gain on every block
+    assert not clearly_better([1.1, 2.1, 3.1, 4.1], start, 0.05)  # the same loss
+    assert not clearly_better([0.0, 3.0, 2.0, 5.0], start, 0.05)  # gains +1 -1 +1 -1
+    # gains 1.0, 1.1, 0.9, 1.0: t = 1 / (0.0816 / 2) = 24.5, p ~ 7e-5
+    assert clearly_better([0.0, 0.9, 2.1, 3.0], start, 0.05)
+    assert not clearly_better([0.0, 0.9, 2.1, 3.0], start, 1e-5)
+    assert not clearly_better([0.0], [1.0], 0.05)  # one pair: no test
+    assert not clearly_better([0.0, float("nan"), 2.0], start, 0.05)
+    # Pairs up to the shorter (an episode ended early by a physics failure).
+    assert clearly_better([0.5, 1.5], start, 0.05)
+
+
+def test_clear_keeps_the_start_unless_the_best_is_better_on_paired_blocks(
+    model: FBModel, demos: Demos, z0: torch.Tensor
+) -> None:
+    best = adapt(model, demos, z0, ENV, AdaptConfig(budget=4, keep="best"), seed=2)
+    clear = adapt(model, demos, z0, ENV, AdaptConfig(budget=4, block=50), seed=2)
+    # The search is the same; only what is kept differs.
+    assert clear.distances == best.distances and clear.best == best.best
+    assert best.kept == best.best
+    for k, b in enumerate(clear.best):
+        assert clear.kept[k] == (b if clearly_better(clear.blocks[b], clear.blocks[0], 0.05) else 0)
+    assert clear.z is clear.candidates[clear.kept[-1]]
+    assert torch.equal(clear.z_after(2), clear.candidates[clear.kept[1]])
+    # Each block's score is the B distance of the block's mean state feature to the
+    # demonstrations' mean, recomputed from the candidate's episode.
+    with RolloutEngine(0) as eng:
+        res = eng.run(
+            [ENV], fb_policy(model, clear.candidates[1][None]), seeds=[(2, ADAPT_SEED_OFFSET)],
+            record=True,
+        )  # fmt: skip
+    assert res.trajectories is not None
+    obs = torch.as_tensor(res.trajectories[0]["observation"][1 : res.lengths[0] + 1])
+    with torch.no_grad():
+        feats = model.backward_map(obs)
+    target = demo_embedding(model, demos)
+    want = [float(torch.linalg.vector_norm(target - f.mean(0))) for f in feats.split(50)]
+    assert len(clear.blocks[1]) == len(obs) // 50
+    assert clear.blocks[1] == pytest.approx(want[: len(obs) // 50], rel=1e-5)
+    # At a level no data can reach, nothing replaces the start z.
+    never = adapt(model, demos, z0, ENV, AdaptConfig(budget=4, block=50, alpha=1e-300), seed=2)
+    assert never.kept == [0, 0, 0, 0] and never.kept_start

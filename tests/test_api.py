@@ -60,7 +60,13 @@ def test_every_method_has_one_call_and_its_result_saves_loads_and_evaluates(
     record = adapted.info["adaptation"]  # type: ignore[index]
     assert record["episodes"] == 2 and len(record["distances"]) == 2  # what the CLI prints
     assert repr(adapted).startswith("Imitation(fbil, cheetah/run, z of ")
-    assert "adapted with 2 episodes in joint_friction=10" in repr(adapted)
+    assert "adapted with 2 episodes in joint_friction=10: " in repr(adapted)
+    # What it kept, and by which rule: the start z unless clearly beaten, by default.
+    assert record["keep"] == "clear" and len(record["kept"]) == 2
+    assert record["kept"][-1] in (0, record["best"][-1])
+    assert repr(adapted).endswith("kept)")
+    best = rbfm.adapt(fbil, demos, "joint_friction", 10.0, episodes=2, keep="best")
+    assert best.info is not None and best.info["adaptation"]["kept"] == record["best"]
     assert len(repr(model)) < 200 and "cheetah, d=" in repr(model)
     # Names and paths stand for what they load.
     by_name = rbfm.imitate(demos, "fbil", model.name, steps=20)

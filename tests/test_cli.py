@@ -249,10 +249,12 @@ def test_adapt_writes_the_chosen_z_and_says_how_it_chose(
     assert main([*adapt, "--criterion", "implied", "--search", "cone", "--out", out]) == 0
     said = capsys.readouterr().out.strip().splitlines()[-1]
     assert said.startswith(f"implied-k2: z written to {out}") and "implied reward" in said
+    assert " kept" in said  # which z it returns, and why
     record = json.loads(Path(out).read_text())
     assert record["method"] == "fbil+implied-k2"
     assert record["adaptation"]["criterion"] == "implied"
     assert len(record["adaptation"]["implied"]) == 2
+    assert record["adaptation"]["keep"] == "clear" and len(record["adaptation"]["kept"]) == 2
     # Without --checkpoint, the model the task vector's file records: the same z.
     bare, again = [adapt[0], *adapt[3:]], str(tmp_path / "again.json")
     assert main([*bare, "--criterion", "implied", "--search", "cone", "--out", again]) == 0

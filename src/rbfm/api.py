@@ -108,7 +108,9 @@ class Imitation:
             record = info["adaptation"]
             where = record["perturbation"] or "nominal"
             level = "" if record["level"] is None else f"={record['level']:g}"
-            notes.append(f"adapted with {record['episodes']} episodes in {where}{level}")
+            kept = record.get("kept", record["best"])[-1]  # files before `keep`: the best
+            which = "the start z kept" if kept == 0 else f"candidate {kept} kept"
+            notes.append(f"adapted with {record['episodes']} episodes in {where}{level}: {which}")
         extra = "".join(f", {n}" for n in notes)
         return f"Imitation({self.method}, {self.domain}/{self.task}, {what}{extra})"
 
@@ -210,12 +212,15 @@ def adapt(
     seed: int = 0,
     search: str = "line",
     criterion: str = "demos",
+    keep: str = "clear",
 ) -> Imitation:
     """An FB imitation's z adapted with `episodes` reward-free episodes in the environment
     it meets (`rbfm.inference.adapt`; `search` "line" or "cone"; `criterion` "demos": its
     states matched to the demonstrations' in B's space, "implied": the most of its z's
-    reward B(s)^T z). `imitation`: an `Imitation` or a file `load_imitation` reads. With no
-    perturbation it adapts at nominal physics. What it did is `info["adaptation"]`."""
+    reward B(s)^T z). `keep` "clear": the start z stays unless the best candidate is better
+    by a paired test over its episodes' blocks; "best": the best whatever the margin.
+    `imitation`: an `Imitation` or a file `load_imitation` reads. With no perturbation it
+    adapts at nominal physics. What it did, and which z it kept, is `info["adaptation"]`."""
     from rbfm.inference.adapt import AdaptConfig
     from rbfm.inference.adapt import adapt as adapt_z
     from rbfm.policy_files import adaptation_record, check_adapt_task
@@ -232,7 +237,7 @@ def adapt(
         )
     check_adapt_task(f"adapt: {imitation.method}", imitation.task, demos)
     env = EnvSpec(imitation.domain, imitation.task, perturbation, level).checked()
-    cfg = AdaptConfig(budget=episodes, search=search, criterion=criterion)
+    cfg = AdaptConfig(budget=episodes, search=search, criterion=criterion, keep=keep)
     res = adapt_z(imitation.model.fb, demos, imitation.z, env, cfg, seed)
     info = (imitation.info or {}) | {"adaptation": adaptation_record(res, cfg, env)}
     return Imitation(

@@ -263,6 +263,8 @@ def adaptation_record(res: AdaptResult, cfg: AdaptConfig, env: EnvSpec) -> dict[
         "distances": res.distances,
         "implied": res.implied,
         "best": res.best,
+        "keep": cfg.keep,
+        "kept": res.kept,
         "seconds": res.seconds,
     }
 
@@ -300,9 +302,20 @@ def adapt_to_file(
     where = "nominal" if env.level is None else f"{env.perturbation}={env.level:g}"
     return (
         f"{label}: z written to {out} ({res.episodes} episodes in {where}, {res.seconds:.1f} "
-        f"s); candidate {res.best[-1]} chosen; B distance to the demonstrations "
+        f"s); {_which_kept(res, cfg)}; B distance to the demonstrations "
         f"{res.distances[0]:.3f} at the start z, {res.distances[res.best[-1]]:.3f} at the "
-        f"chosen one; implied reward {res.implied[0]:.3f} and {res.implied[res.best[-1]]:.3f}"
+        f"best; implied reward {res.implied[0]:.3f} and {res.implied[res.best[-1]]:.3f}"
+    )
+
+
+def _which_kept(res: AdaptResult, cfg: AdaptConfig) -> str:
+    """Which z the adaptation returns, and why."""
+    best = res.best[-1]
+    if res.kept[-1] == best:
+        return "the start z kept (it is the best)" if best == 0 else f"candidate {best} kept"
+    return (
+        f"the start z kept: the best, candidate {best}, is not clearly better over "
+        f"{cfg.block}-step blocks (paired t-test, alpha {cfg.alpha:g})"
     )
 
 

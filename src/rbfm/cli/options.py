@@ -37,9 +37,7 @@ OPTIONS: dict[str, Opt] = {
     "bf16": Opt("bfloat16 autocast for the networks", bool),
     "checkpoint": Opt(MODEL),
     "checkpoint_every": Opt("updates between resumable checkpoints (default: the preset's)", int),
-    "compile": Opt(
-        "torch.compile the update (docs/benchmarks.md; resume with the same choice)", bool
-    ),
+    "compile": Opt("torch.compile the update (resume with the same; docs/benchmarks.md)", bool),
     "cross_task": Opt("score files inferred for another task than --task", bool),
     "cuda_graph": Opt("on a GPU, replay the update as one CUDA graph (docs/benchmarks.md)", bool),
     "dataset": Opt("infer the tasks' z from this dataset (default: the checkpoint's stored z)"),
@@ -49,6 +47,7 @@ OPTIONS: dict[str, Opt] = {
         extra={"choices": ["demos", "implied", "reward"]},
     ),
     "cosine": Opt("the cone search's cosine of each candidate to the start z", float),
+    "keep": Opt("clear: the start z unless clearly beaten", extra={"choices": ["clear", "best"]}),
     "demos": Opt("demonstrations file from `rbfm demos` or `save_demos`"),
     "device": Opt("torch device, e.g. cpu or cuda:1 (default: cuda if available, else cpu)"),
     "domain": Opt("DMC domain"),

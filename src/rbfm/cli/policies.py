@@ -94,8 +94,8 @@ def infer(args: argparse.Namespace) -> None:
 @command(
     "adapt",
     "adapt a task vector to the environment it meets, from a few reward-free episodes",
-    "Tries z's near z for a few episodes in the deployed environment; keeps the closest to the "
-    "demos in B's space (or the best by z's implied reward; by the task's: the oracle).",
+    "Tries z's near z for a few episodes in the deployed environment; the closest to the demos "
+    "in B's space (or by z's implied reward) replaces z if clearly closer (--keep best: always).",
     config=AdaptConfig,
     checkpoint=Use(None, "the FB model of the task vector (default: its file's); " + MODEL),
     demos=REQUIRED,

@@ -385,7 +385,9 @@ def run_adapt(job: AdaptJob) -> list[AdaptOutput]:
         for t in job.tasks
     ]
     with RolloutEngine(0) as engine:
-        results = adapt_many(model, problems, AdaptConfig(**job.config), engine)
+        # A stage's config names no `keep`: the search's best, as every stage ran.
+        cfg = AdaptConfig(**({"keep": "best"} | job.config))
+        results = adapt_many(model, problems, cfg, engine)
     del engine
     gc.collect()  # as run_eval: free the environments before the next job builds its own
     return [
@@ -395,7 +397,7 @@ def run_adapt(job: AdaptJob) -> list[AdaptOutput]:
             r.distances,
             r.implied,
             r.returns,
-            r.best,
+            r.kept,  # the best after each candidate: stages keep it ("best")
             r.unstable,
             r.seconds,
         )

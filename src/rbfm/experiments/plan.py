@@ -366,7 +366,11 @@ def _adapt_config(entry: AdaptEntry, where: str, labels: set[str]) -> dict[str, 
 
     try:
         cfg = AdaptConfig(
-            budget=entry.budget, states=entry.states, criterion=entry.criterion, search=entry.search
+            budget=entry.budget,
+            states=entry.states,
+            criterion=entry.criterion,
+            search=entry.search,
+            keep="best",
         )
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from e
@@ -385,11 +389,14 @@ def _adapt_config(entry: AdaptEntry, where: str, labels: set[str]) -> dict[str, 
         if label not in labels:
             raise ConfigError(f"{where}.datasets: {label!r} is not the dataset of any model")
     # `search` and `cosine` enter a cell's identity only where they differ from their
-    # defaults: a line search's cell keeps the id it has without these fields.
+    # defaults: a line search's cell keeps the id it has without these fields. Stages keep
+    # the search's best candidate, as they ran (`run_adapt` reads a config without `keep`
+    # so), and the clear-margin test's fields stay out of their ids.
     return {
         k: v
         for k, v in dataclasses.asdict(cfg).items()
-        if k not in ("search", "cosine") or v != getattr(AdaptConfig, k)
+        if k not in ("search", "cosine", "keep", "block", "alpha")
+        or (k in ("search", "cosine") and v != getattr(AdaptConfig, k))
     }
 
 
