@@ -22,12 +22,12 @@ from rbfm.envs import TASKS
 from rbfm.errors import ConfigError
 from rbfm.experiments import LocalExecutor, from_dict, plan, read_table, run_experiment
 from rbfm.experiments.certificate import heavy_certificates, tv_certificates
-from rbfm.experiments.plan import Plan
+from rbfm.experiments.plan import EvalCell, Plan
 from rbfm.experiments.runner import RunSummary, Store, pending
 from rbfm.experiments.spec import CPU_WALKER, PRESETS, with_overrides
 from rbfm.experiments.table import read_adaptations
 from rbfm.fb import fb_config
-from rbfm.fb.checkpoint import read_meta, save_checkpoint
+from rbfm.fb.checkpoint import read_meta, resolve, save_checkpoint
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
 
@@ -754,6 +754,22 @@ def test_the_grid_stages_are_slices_of_the_grid() -> None:
     assert len(adapted.adapts) == 2 * len(plain)  # the distance's search and the oracle's
 
 
+def test_q1_walker_asks_q1_of_walkers_default() -> None:
+    """`q1-walker` is `q1`'s walker cells on walker's default (Table 4's size) instead of
+    the `cpu` walker `q1` is pinned to: the same cells in shape, none of them shared."""
+    ours, q1 = plan(PRESETS["q1-walker"]), plan(PRESETS["q1"])
+    theirs = [e for e in q1.evals if e.infer.demos.model.domain == "walker"]
+
+    def shape(e: EvalCell) -> tuple[str, str, str, float | None, int]:
+        i = e.infer
+        return (i.variant.method, i.demos.expert.name, e.family, e.level, i.seed)
+
+    assert sorted(map(shape, ours.evals), key=str) == sorted(map(shape, theirs), key=str)
+    default, cpu = (read_meta(resolve(name))["sha256"] for name in ("walker", CPU_WALKER))
+    assert {e.infer.demos.model.sha256 for e in ours.evals} == {default} != {cpu}
+    assert not _ids(ours) & _ids(q1)
+
+
 @pytest.mark.parametrize("name", ["shift-quadruped", "adapt"])
 def test_task_slices_partition_a_stage(name: str) -> None:
     """`rbfm experiment STAGE --tasks T` (run.sh's STAGE@T) runs a long stage a task at a
@@ -1021,7 +1037,6 @@ def test_presets_computed_on_the_cpu_walker_keep_it_under_the_names_they_ran_wit
     """Walker's default changed after the presets ran: each keeps the `cpu` walker (its
     cells and experts' labels unchanged), and only `paper` takes the new default."""
     from rbfm.experiments.plan import plan
-    from rbfm.fb.checkpoint import read_meta, resolve
 
     new = read_meta(resolve("walker"))["sha256"]
     old = read_meta(resolve(CPU_WALKER))["sha256"]
