@@ -217,7 +217,7 @@ def table(methods: list[str]) -> str:
                 continue
             means = np.array([float(r["mean"]) for r in per[m]])
             demos = np.array([float(r["demonstrator"]) for r in per[m]])
-            few = "" if len(means) == most else f"; {len(means)} seeds"
+            few = "" if len(means) == most else f"; {_seeds(len(means))}"
             cells.append(f"{means.mean():.1f} ({100 * np.mean(means / demos):.0f}%{few})")
             pooled.setdefault(domain, {}).setdefault(m, []).append(means / demos)
         task_count[domain] = task_count.get(domain, 0) + 1
@@ -233,8 +233,7 @@ def table(methods: list[str]) -> str:
             if len(cols) != task_count[domain] or len({len(c) for c in cols}) > 1:
                 cells.append("-")
                 continue
-            mid, lo, hi = _bootstrap_iqm(100 * np.stack(cols, 1))
-            cells.append(f"{mid:.1f} [{lo:.1f}, {hi:.1f}]")
+            cells.append(_pooled_cell(100 * np.stack(cols, 1)))
         seeds = "/".join(str(n) for n in sorted(seed_count[domain]))
         lines.append(f"| {domain} ({task_count[domain]} tasks, {seeds} seeds) | "
                      + " | ".join(cells) + " |")  # fmt: skip
@@ -246,9 +245,56 @@ def table(methods: list[str]) -> str:
         if len(cols) != total or len({len(c) for c in cols}) > 1:
             cells.append("-")
             continue
-        mid, lo, hi = _bootstrap_iqm(100 * np.stack(cols, 1))
-        cells.append(f"{mid:.1f} [{lo:.1f}, {hi:.1f}]")
+        cells.append(_pooled_cell(100 * np.stack(cols, 1)))
     lines.append(f"| all ({total} tasks) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _seeds(n: int) -> str:
+    return "1 seed" if n == 1 else f"{n} seeds"
+
+
+def _pooled_cell(shares: np.ndarray) -> str:
+    """The IQM of (seeds, tasks) shares with its CI; one seed has no resampling to give one."""
+    mid, lo, hi = _bootstrap_iqm(shares)
+    return f"{mid:.1f} (1 seed)" if len(shares) == 1 else f"{mid:.1f} [{lo:.1f}, {hi:.1f}]"
+
+
+def stored_returns() -> dict[tuple[str, str], float]:
+    """(domain, task) -> the default model's stored z's mean return at nominal physics."""
+    return {
+        (r["domain"], r["task"]): float(r["mean"])
+        for r in _rows()
+        if r["family"] == "none" and r["method"] == "stored"
+    }
+
+
+def limit_table(methods: list[str]) -> str:
+    """Each method against the model's own limit: per domain, the IQM over (task, seed) of
+    its seed's mean return over the stored z's mean return on the task (`stored`, one seed:
+    the reward-inferred z is one z), with its stratified-bootstrap CI."""
+    rows = [r for r in _rows() if r["family"] == "none"]
+    stored = stored_returns()
+    lines = [
+        "| domain (tasks) | " + " | ".join(methods) + " |",
+        "| --- | " + " | ".join("---" for _ in methods) + " |",
+    ]
+    rows.sort(key=lambda r: int(r["seed"]))
+    for domain in dict.fromkeys(i.split(":")[0] for i in TASKS):
+        tasks = [t for d, t in stored if d == domain]
+        cells = []
+        for m in methods:
+            cols = [
+                [float(r["mean"]) / stored[domain, t] for r in rows
+                 if (r["domain"], r["task"], r["method"]) == (domain, t, m)]
+                for t in tasks
+            ]  # fmt: skip
+            if not tasks or len({len(c) for c in cols}) != 1 or not cols[0]:
+                cells.append("-")
+                continue
+            mid, lo, hi = _bootstrap_iqm(np.array(cols).T)
+            cells.append(f"{mid:.2f}x [{lo:.2f}, {hi:.2f}]")
+        lines.append(f"| {domain} ({len(tasks)} tasks) | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -310,6 +356,12 @@ def main() -> None:
     if not args.table_only:
         run(args.methods, args.tasks, args.seeds, args.episodes, args.strongest)
     text = table(args.methods)
+    if "stored" in args.methods:
+        text += (
+            "\n\nAgainst the model's own limit: per domain, the IQM over tasks and seeds of "
+            "each method's return over the stored z's on the task (stratified-bootstrap 95% "
+            "CI).\n\n" + limit_table([m for m in args.methods if m != "stored"])
+        )
     print(text)
     if not args.table_only:
         return

@@ -30,7 +30,7 @@ main() {
             adapt-walker@walk adapt-walker@run adapt-walker@flip adapt-cheetah@walk adapt-cheetah@run
             adapt-cheetah@walk_backward adapt-cheetah@run_backward adapt-quadruped@stand
             adapt-quadruped@walk adapt-quadruped@run adapt-quadruped@jump adapt-independent
-            adapt-cone-walker-rand-ctx external)
+            adapt-cone-walker-rand-ctx external q1-walker)
     fi
     # `external` is its three domains' stages (a planner ceiling costs minutes an episode).
     expanded=()
@@ -52,7 +52,7 @@ main() {
         [adapt-walker]=rnd:fbil [adapt-quadruped]=rnd:fbil [adapt-cheetah]=rnd:fbil
         [adapt-independent]=rnd:fbil [adapt-cone-walker-rand-ctx]=rnd-rand-ctx:fbil
         [adapt-cone-quadruped-rand-ctx]=rnd-rand-ctx:fbil [external-cheetah]=rnd:fbil
-        [external-walker]=rnd:fbil [external-quadruped]=rnd:fbil)
+        [external-walker]=rnd:fbil [external-quadruped]=rnd:fbil [q1-walker]=rnd:fbil)
     # STAGE@TASK runs one task of a stage (`rbfm experiment STAGE --tasks TASK`, whose cells are
     # the stage's) into docs/results/STAGE/TASK/: a stage too long to finish at one sitting
     # completes a task at a time, and docs/results/STAGE/goals.md pools the tasks done so far.
