@@ -30,6 +30,7 @@ from rbfm.fb import fb_config
 from rbfm.fb.checkpoint import read_meta, resolve, save_checkpoint
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
+from rbfm.methods import BASELINE_METHODS
 
 
 @pytest.fixture(scope="module")
@@ -768,6 +769,31 @@ def test_q1_walker_asks_q1_of_walkers_default() -> None:
     default, cpu = (read_meta(resolve(name))["sha256"] for name in ("walker", CPU_WALKER))
     assert {e.infer.demos.model.sha256 for e in ours.evals} == {default} != {cpu}
     assert not _ids(ours) & _ids(q1)
+
+
+def test_external_walker_default_is_external_walkers_model_cells_on_the_default() -> None:
+    """`external-walker-default` is `external-walker`'s cells that read the default FB
+    model, on walker's default instead of the `cpu` walker: the same methods, adaptations,
+    levels and planner demonstrations; no baseline, diverse model or planner ceiling."""
+    ours, cpu = plan(PRESETS["external-walker-default"]), plan(PRESETS["external-walker"])
+    default, cpu_walker = (read_meta(resolve(name))["sha256"] for name in ("walker", CPU_WALKER))
+    theirs = [
+        e
+        for e in cpu.evals
+        if e.infer.demos.model.sha256 == cpu_walker
+        and e.infer.variant.method not in BASELINE_METHODS
+    ]
+
+    def shape(e: EvalCell) -> tuple[object, ...]:
+        i = e.infer
+        return (i.variant.method, i.demos.expert.name, e.family, e.level, i.seed, e.budget)
+
+    assert sorted(map(shape, ours.evals), key=str) == sorted(map(shape, theirs), key=str)
+    assert {e.infer.demos.model.sha256 for e in ours.evals} == {default}
+    assert not ours.ceilings and len(ours.adapts) == len(cpu.adapts)
+    planner = [repr(d.expert.planner) for d in cpu.demos if d.model.sha256 == cpu_walker]
+    assert [repr(d.expert.planner) for d in ours.demos] == planner  # the same planner episodes
+    assert not _ids(ours) & _ids(cpu)
 
 
 @pytest.mark.parametrize("name", ["shift-quadruped", "adapt"])

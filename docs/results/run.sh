@@ -52,7 +52,11 @@ main() {
         [adapt-walker]=rnd:fbil [adapt-quadruped]=rnd:fbil [adapt-cheetah]=rnd:fbil
         [adapt-independent]=rnd:fbil [adapt-cone-walker-rand-ctx]=rnd-rand-ctx:fbil
         [adapt-cone-quadruped-rand-ctx]=rnd-rand-ctx:fbil [external-cheetah]=rnd:fbil
-        [external-walker]=rnd:fbil [external-quadruped]=rnd:fbil [q1-walker]=rnd:fbil)
+        [external-walker]=rnd:fbil [external-quadruped]=rnd:fbil [q1-walker]=rnd:fbil
+        [external-walker-default]=rnd:fbil)
+    # A stage that plans no ceiling reads the planner's from the stage that did, in the same
+    # cells (the planner inside the simulator does not depend on the imitating model).
+    declare -A ceilings=([external-walker-default]=external-walker)
     # STAGE@TASK runs one task of a stage (`rbfm experiment STAGE --tasks TASK`, whose cells are
     # the stage's) into docs/results/STAGE/TASK/: a stage too long to finish at one sitting
     # completes a task at a time, and docs/results/STAGE/goals.md pools the tasks done so far.
@@ -67,12 +71,16 @@ main() {
         find "$dest" -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +
         cp -r "$out/figures/." "$dest/"
         cp "$out/results.csv" "$dest/"
-        if [ -f "$out/experts.csv" ]; then cp "$out/experts.csv" "$dest/"; fi
+        if [ "$(wc -l < "$out/experts.csv")" -gt 1 ]; then cp "$out/experts.csv" "$dest/"; fi
         if [ -n "${reference[$stage]:-}" ]; then
             # A demonstrator from outside the model is read as shares of its return too: its
             # tasks' returns differ in scale (rbfm.reporting.goals --shares).
             shares=()
-            if [[ $stage == external-* ]]; then shares=(--shares "$out/experts.csv"); fi
+            experts=docs/results/${ceilings[$stage]:-$stage}
+            if [[ $stage == external-* ]]; then
+                if [ -n "${ceilings[$stage]:-}" ]; then shares=(--shares "$experts"/*/experts.csv)
+                else shares=(--shares "$out/experts.csv"); fi
+            fi
             python -m rbfm.reporting.goals "$out/results.csv" --reference "${reference[$stage]}" \
                 --figure "$dest/goals.png" "${shares[@]}" > "$dest/goals.md"
             # The adaptation searches, where the stage has any: what each cost and moved.
@@ -81,7 +89,7 @@ main() {
                 python -m rbfm.reporting.searches "$dest/adaptations.csv" > "$dest/searches.md"
             fi
             if [ -n "$task" ]; then
-                if [ ${#shares[@]} -gt 0 ]; then shares=(--shares docs/results/"$stage"/*/experts.csv); fi
+                if [ ${#shares[@]} -gt 0 ]; then shares=(--shares "$experts"/*/experts.csv); fi
                 python -m rbfm.reporting.goals docs/results/"$stage"/*/results.csv \
                     --reference "${reference[$stage]}" --figure "docs/results/$stage/goals.png" \
                     "${shares[@]}" > "docs/results/$stage/goals.md"

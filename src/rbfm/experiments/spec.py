@@ -652,6 +652,19 @@ PRESETS = {
 PRESETS["q1-walker"] = ExperimentSpec(
     name="q1-walker", models=Q1_MODELS[:1], methods=_methods(*FB_METHODS), **CPU_GRID
 )
+# `external-walker`'s cells that read walker's FB model, on walker's default (Table 4's
+# size): the paper's three methods, the two reductions and the adaptations, the same
+# planner episodes. Not the baselines or the dynamics-diverse models (no FB model of
+# walker's default in them: their rows are `external-walker`'s), nor the planner's ceiling
+# (the planner inside the shifted simulator does not depend on the imitating model: its
+# cells are `external-walker`'s experts.csv).
+PRESETS["external-walker-default"] = dataclasses.replace(
+    _external("walker"),
+    name="external-walker-default",
+    models=(ModelEntry("walker"),),
+    methods=tuple(m for m in _external("walker").methods if m.name not in BASELINE_METHODS),
+    ceiling=False,
+)
 
 
 def _err(where: str, message: str) -> ConfigError:
