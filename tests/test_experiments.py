@@ -22,7 +22,7 @@ from rbfm.envs import TASKS
 from rbfm.errors import ConfigError
 from rbfm.experiments import LocalExecutor, from_dict, plan, read_table, run_experiment
 from rbfm.experiments.certificate import heavy_certificates, tv_certificates
-from rbfm.experiments.plan import EvalCell, Plan
+from rbfm.experiments.plan import EvalCell, InferCell, Plan
 from rbfm.experiments.runner import RunSummary, Store, pending
 from rbfm.experiments.spec import CPU_WALKER, PRESETS, with_overrides
 from rbfm.experiments.table import read_adaptations
@@ -771,12 +771,15 @@ def test_q1_walker_asks_q1_of_walkers_default() -> None:
     assert not _ids(ours) & _ids(q1)
 
 
-def test_external_walker_default_is_external_walkers_model_cells_on_the_default() -> None:
-    """`external-walker-default` is `external-walker`'s cells that read the default FB
-    model, on walker's default instead of the `cpu` walker: the same methods, adaptations,
-    levels and planner demonstrations; no baseline, diverse model or planner ceiling."""
-    ours, cpu = plan(PRESETS["external-walker-default"]), plan(PRESETS["external-walker"])
-    default, cpu_walker = (read_meta(resolve(name))["sha256"] for name in ("walker", CPU_WALKER))
+@pytest.mark.parametrize("name", ["external-walker", "grid-walker", "adapt-walker"])
+def test_walker_default_stages_are_their_stages_cells_on_the_default(name: str) -> None:
+    """`STAGE-default` is `STAGE`'s cells that read walker's RND model, on walker's default
+    (Table 4's size) instead of the `cpu` walker: the same methods, adaptations, experts,
+    levels and seeds; no baseline (it trains on the dataset), none of their cells shared.
+    The planner's episodes are the same; its ceiling, independent of the imitator, is not
+    planned again. `q1-walker`'s cells are among them where the stage has its cells."""
+    ours, cpu = plan(PRESETS[f"{name}-default"]), plan(PRESETS[name])
+    default, cpu_walker = (read_meta(resolve(n))["sha256"] for n in ("walker", CPU_WALKER))
     theirs = [
         e
         for e in cpu.evals
@@ -786,14 +789,36 @@ def test_external_walker_default_is_external_walkers_model_cells_on_the_default(
 
     def shape(e: EvalCell) -> tuple[object, ...]:
         i = e.infer
-        return (i.variant.method, i.demos.expert.name, e.family, e.level, i.seed, e.budget)
+        return (
+            i.variant.method,
+            i.variant.label,
+            i.demos.expert.name,
+            i.demos.task,
+            e.family,
+            e.level,
+            i.seed,
+            e.budget,
+        )
 
     assert sorted(map(shape, ours.evals), key=str) == sorted(map(shape, theirs), key=str)
     assert {e.infer.demos.model.sha256 for e in ours.evals} == {default}
-    assert not ours.ceilings and len(ours.adapts) == len(cpu.adapts)
-    planner = [repr(d.expert.planner) for d in cpu.demos if d.model.sha256 == cpu_walker]
-    assert [repr(d.expert.planner) for d in ours.demos] == planner  # the same planner episodes
+    assert len(ours.adapts) == len(
+        [a for a in cpu.adapts if a.infer.demos.model.sha256 == cpu_walker]
+    )
     assert not _ids(ours) & _ids(cpu)
+    planner = [repr(d.expert.planner) for d in cpu.demos if d.model.sha256 == cpu_walker]
+    assert [repr(d.expert.planner) for d in ours.demos] == planner
+    if name == "external-walker":
+        assert not ours.ceilings
+    else:
+        q1 = plan(PRESETS["q1-walker"]).infers
+
+        def kind(i: InferCell) -> tuple[str, str, str, str]:
+            return (i.variant.method, i.variant.label, i.demos.expert.name, i.demos.task)
+
+        mine = {kind(i) for i in ours.infers}
+        assert {i.id for i in q1 if kind(i) in mine} <= {i.id for i in ours.infers}
+        assert any(kind(i) in mine for i in q1)
 
 
 @pytest.mark.parametrize("name", ["shift-quadruped", "adapt"])

@@ -645,6 +645,7 @@ def _on_cpu_walker(spec: ExperimentSpec) -> ExperimentSpec:
     return dataclasses.replace(spec, models=tuple(model(m) for m in spec.models), pins=pins)
 
 
+_UNPINNED = PRESETS
 PRESETS = {
     name: spec if name == "paper" else _on_cpu_walker(spec) for name, spec in PRESETS.items()
 }
@@ -658,6 +659,17 @@ PRESETS["q1-walker"] = ExperimentSpec(
 # walker's default in them: their rows are `external-walker`'s), nor the planner's ceiling
 # (the planner inside the shifted simulator does not depend on the imitating model: its
 # cells are `external-walker`'s experts.csv).
+# `grid-walker`'s and `adapt-walker`'s cells of walker's RND model, on walker's default: the
+# FB methods (`grid-walker`'s paper-settings RBFM-Light and RBFM-Heavy too; its flip cells
+# at the default settings are `q1-walker`'s), without the baselines, which train on the
+# dataset (not shipped).
+PRESETS["grid-walker-default"] = dataclasses.replace(
+    _grid("grid-walker-default", (ModelEntry("walker"),)),
+    methods=tuple(m for m in _grid("", PAPER_MODELS).methods if m.name not in BASELINE_METHODS),
+)
+PRESETS["adapt-walker-default"] = dataclasses.replace(
+    _UNPINNED["adapt-walker"], name="adapt-walker-default"
+)
 PRESETS["external-walker-default"] = dataclasses.replace(
     _external("walker"),
     name="external-walker-default",
