@@ -42,7 +42,7 @@ RULES = ("start", "best", "clear", "oracle")
 
 def run(tasks: list[str], seeds: int, budget: int) -> None:
     torch.set_num_threads(1)  # rows reproduce only at one thread count
-    done = {(r["model"], r["task"], r["seed"]) for r in _read()}
+    done = {(r["model"], r["task"], r["seed"], len(r["best"])) for r in _read()}
     ROWS.parent.mkdir(parents=True, exist_ok=True)
     with open(ROWS, "a") as f, RolloutEngine(0) as engine:
         for domain, task, path in demonstrated(tasks):
@@ -50,7 +50,7 @@ def run(tasks: list[str], seeds: int, budget: int) -> None:
             model, _ = load_checkpoint(domain)
             demos = load_demos(path)
             for seed in range(seeds):
-                if (key, f"{domain}:{task}", seed) in done:
+                if (key, f"{domain}:{task}", seed, budget) in done:
                     continue
                 picked = demos.sample(4, seed)  # external_nominal's demonstrations per seed
                 env = EnvSpec(domain, task)
@@ -74,15 +74,18 @@ def run(tasks: list[str], seeds: int, budget: int) -> None:
                       f"best {res.best[-1]}", flush=True)  # fmt: skip
 
 
-def _read() -> list[dict]:  # type: ignore[type-arg]
-    return [json.loads(line) for line in ROWS.read_text().splitlines()] if ROWS.exists() else []
+def _read(budget: int | None = None) -> list[dict]:  # type: ignore[type-arg]
+    """The rows, or those of searches of `budget` episodes (one candidate an episode)."""
+    rows = [json.loads(line) for line in ROWS.read_text().splitlines()] if ROWS.exists() else []
+    return [r for r in rows if budget is None or len(r["best"]) == budget]
 
 
-def table(alpha: float = AdaptConfig.alpha) -> str:
+def table(budget: int, alpha: float = AdaptConfig.alpha) -> str:
     """Per task: the mean share (%) of each z's return over seeds; pooled: the IQM of the
     per-seed shares over every task and seed (stratified-bootstrap 95% CI where every task
-    has as many seeds), and how often each rule left the start z."""
-    rows = _read()
+    has as many seeds), and how often each rule left the start z; searches of `budget`
+    episodes."""
+    rows = _read(budget)
     lines = [
         "| model | task | seeds | ER-FB (start) | best (keep=best) | kept (keep=clear) | "
         "best candidate by return (oracle) | clear: start kept |",
@@ -146,18 +149,25 @@ def _pick(row: dict, rule: str, alpha: float) -> int:  # type: ignore[type-arg]
     return {"start": 0, "best": b, "oracle": int(np.argmax(row["returns"]))}[rule]
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} (valid: an integer >= 1)")
+    return value
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", nargs="+", default=["walker:walk", "walker:stand", "walker:run",
                                                   "walker:flip"])  # fmt: skip
-    p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--budget", type=int, default=5)
+    p.add_argument("--seeds", type=_positive, default=5)
+    p.add_argument("--budget", type=_positive, default=5, help="reward-free episodes")
     p.add_argument("--table-only", action="store_true")
     p.add_argument("--page", type=Path, help="also write the table to this file")
     args = p.parse_args()
     if not args.table_only:
         run(args.tasks, args.seeds, args.budget)
-    text = table()
+    text = table(args.budget)
     print(text)
     if args.page:
         args.page.parent.mkdir(parents=True, exist_ok=True)
@@ -165,7 +175,7 @@ def main() -> None:
             "# What adaptation keeps: the tables\n\n"
             f"Made by `python benchmarks/adapt_keep.py {' '.join(sys.argv[1:])}` from "
             f"`{ROWS}`. ER-FB's z from 4 of the planner's episodes per seed, adapted with "
-            "5 reward-free episodes at nominal physics (B-distance criterion); every "
+            f"{args.budget} reward-free episodes at nominal physics (B-distance criterion); every "
             "candidate evaluated on the 20 initial states of "
             "`benchmarks/external_nominal.py`. Per task: the mean over seeds of each "
             "rule's share (%) of the demonstrator's return; `clear: start kept`: the seeds "

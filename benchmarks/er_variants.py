@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import re
 import sys
 from pathlib import Path
 
@@ -94,6 +95,9 @@ def main() -> None:
     p.add_argument("--seeds", type=int, default=2)
     p.add_argument("--variants", nargs="+", default=["er", "rer", "late", "cer1", "cer0.5"])
     args = p.parse_args()
+    for v in args.variants:  # before any rollout
+        if v not in ("er", "rer", "late") and not re.fullmatch(r"cer\d+(\.\d+)?", v):
+            p.error(f"--variants: {v} (valid: er, rer, late, cerK with K a number, e.g. cer0.5)")
     torch.set_num_threads(1)
     ROWS.parent.mkdir(parents=True, exist_ok=True)
     with open(ROWS, "a", newline="") as f, RolloutEngine(0) as engine:
@@ -122,7 +126,7 @@ def main() -> None:
                         z = project(demo_embedding(model, picked) - shift * b_rho.mean(0),
                                     model.radius)  # fmt: skip
                     else:
-                        raise SystemExit(f"{v}: not a variant (er, rer, late, cerK)")
+                        raise AssertionError(v)  # checked above
                     ret = engine.run(EnvSpec(domain, task), fb_policy(model, z), 20,
                                      seed=EVAL_SEED).returns.mean()  # fmt: skip
                     share = 100 * ret / picked.returns.mean()

@@ -98,7 +98,8 @@ def _policy(  # type: ignore[no-untyped-def]
     z, seconds = _z(model, demos, base, seed, f"{key}_{env.task}_{base}_{seed}")
     if budget:
         start = time.perf_counter()
-        z = adapt(model, demos, z, env, AdaptConfig(budget=int(budget)), seed=seed).z
+        cfg = AdaptConfig(budget=int(budget), keep="best")  # as the stages: the best candidate
+        z = adapt(model, demos, z, env, cfg, seed=seed).z
         seconds += time.perf_counter() - start
     return fb_policy(model, z), seconds
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,13 @@ from rbfm.evaluation.sweep import sweep
 from rbfm.fb import FBModel
 from rbfm.fb.networks import project
 from rbfm.inference import Demos, generate_demos
-from rbfm.inference.adapt import ADAPT_SEED_OFFSET, AdaptConfig, adapt, clearly_better
+from rbfm.inference.adapt import (
+    ADAPT_SEED_OFFSET,
+    AdaptConfig,
+    _block_scores,
+    adapt,
+    clearly_better,
+)
 from rbfm.inference.expert_demos import demo_embedding
 
 ENV = EnvSpec("cheetah", "run", "joint_friction", 15.0)
@@ -185,9 +192,27 @@ def test_the_paired_block_test_on_exact_cases() -> None:
     assert clearly_better([0.0, 0.9, 2.1, 3.0], start, 0.05)
     assert not clearly_better([0.0, 0.9, 2.1, 3.0], start, 1e-5)
     assert not clearly_better([0.0], [1.0], 0.05)  # one pair: no test
-    assert not clearly_better([0.0, float("nan"), 2.0], start, 0.05)
-    # Pairs up to the shorter (an episode ended early by a physics failure).
-    assert clearly_better([0.5, 1.5], start, 0.05)
+    nan = float("nan")
+    # A block the candidate's episode did not reach (a physics failure): never clearly better.
+    assert not clearly_better([0.0, nan, 2.0, 3.0], start, 0.05)
+    # One the start's did not reach: the other places pair, place for place.
+    assert clearly_better([0.0, 0.9, 2.1, 3.0], [1.0, nan, 3.0, 4.0], 0.05)
+    assert not clearly_better([0.0, 0.9, 2.1, 3.0], [1.0, nan, nan, nan], 0.05)
+    assert not clearly_better([0.5, 1.5], start, 0.05)  # places that do not line up
+
+
+def test_block_places_line_up_across_candidates() -> None:
+    """Each episode fills its full length's places: an episode ended early leaves NaN where
+    its missing blocks would be, so place j is the same (episode, block) for every
+    candidate, and the trailing part block is left out."""
+    cfg = AdaptConfig(block=100)
+    target, z0 = torch.zeros(3), torch.zeros(3)
+    feats = [torch.ones(1000, 3), torch.ones(730, 3), torch.ones(1000, 3)]
+    scores = _block_scores(cfg, target, z0, feats, None, range(3), np.array([1000, 730, 1000]), 10)
+    assert len(scores) == 30
+    missing = [j for j, s in enumerate(scores) if math.isnan(s)]
+    assert missing == [17, 18, 19]
+    assert scores[:17] == pytest.approx([math.sqrt(3)] * 17) and scores[20:] == scores[:10]
 
 
 def test_clear_keeps_the_start_unless_the_best_is_better_on_paired_blocks(
@@ -219,4 +244,4 @@ def test_clear_keeps_the_start_unless_the_best_is_better_on_paired_blocks(
     assert clear.blocks[1] == pytest.approx(want[: len(obs) // 50], rel=1e-5)
     # At a level no data can reach, nothing replaces the start z.
     never = adapt(model, demos, z0, ENV, AdaptConfig(budget=4, block=50, alpha=1e-300), seed=2)
-    assert never.kept == [0, 0, 0, 0] and never.kept_start
+    assert never.kept == [0, 0, 0, 0]

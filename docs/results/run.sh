@@ -14,6 +14,19 @@
 set -euo pipefail
 # The whole script is one function, read before any of it runs: a file edited while a
 # stage runs changes the next run, never the one in progress.
+# A stage's committed experts tables, one per line: the whole stage's or one per task.
+committed_experts() {
+    local found=() f
+    for f in "$1"/experts.csv "$1"/*/experts.csv; do
+        if [ -f "$f" ]; then found+=("$f"); fi
+    done
+    if [ ${#found[@]} -eq 0 ]; then
+        echo "run.sh: no experts.csv in $1 or its task folders: run that stage first" >&2
+        return 1
+    fi
+    printf '%s\n' "${found[@]}"
+}
+
 main() {
     cd "$(dirname "$0")/../.."
     out=${RBFM_GRID_OUT:-runs/experiments/grid}
@@ -71,14 +84,18 @@ main() {
         find "$dest" -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +
         cp -r "$out/figures/." "$dest/"
         cp "$out/results.csv" "$dest/"
-        if [ "$(wc -l < "$out/experts.csv")" -gt 1 ]; then cp "$out/experts.csv" "$dest/"; fi
+        if [ -f "$out/experts.csv" ] && [ "$(wc -l < "$out/experts.csv")" -gt 1 ]; then
+            cp "$out/experts.csv" "$dest/"
+        fi
         if [ -n "${reference[$stage]:-}" ]; then
             # A demonstrator from outside the model is read as shares of its return too: its
             # tasks' returns differ in scale (rbfm.reporting.goals --shares).
             shares=()
-            experts=docs/results/${ceilings[$stage]:-$stage}
             if [[ $stage == external-* ]]; then
-                if [ -n "${ceilings[$stage]:-}" ]; then shares=(--shares "$experts"/*/experts.csv)
+                if [ -n "${ceilings[$stage]:-}" ]; then
+                    found=$(committed_experts "docs/results/${ceilings[$stage]}")
+                    mapfile -t found <<< "$found"
+                    shares=(--shares "${found[@]}")
                 else shares=(--shares "$out/experts.csv"); fi
             fi
             python -m rbfm.reporting.goals "$out/results.csv" --reference "${reference[$stage]}" \
@@ -89,7 +106,11 @@ main() {
                 python -m rbfm.reporting.searches "$dest/adaptations.csv" > "$dest/searches.md"
             fi
             if [ -n "$task" ]; then
-                if [ ${#shares[@]} -gt 0 ]; then shares=(--shares "$experts"/*/experts.csv); fi
+                if [ ${#shares[@]} -gt 0 ]; then
+                    found=$(committed_experts "docs/results/${ceilings[$stage]:-$stage}")
+                    mapfile -t found <<< "$found"
+                    shares=(--shares "${found[@]}")
+                fi
                 python -m rbfm.reporting.goals docs/results/"$stage"/*/results.csv \
                     --reference "${reference[$stage]}" --figure "docs/results/$stage/goals.png" \
                     "${shares[@]}" > "docs/results/$stage/goals.md"

@@ -653,12 +653,6 @@ PRESETS = {
 PRESETS["q1-walker"] = ExperimentSpec(
     name="q1-walker", models=Q1_MODELS[:1], methods=_methods(*FB_METHODS), **CPU_GRID
 )
-# `external-walker`'s cells that read walker's FB model, on walker's default (Table 4's
-# size): the paper's three methods, the two reductions and the adaptations, the same
-# planner episodes. Not the baselines or the dynamics-diverse models (no FB model of
-# walker's default in them: their rows are `external-walker`'s), nor the planner's ceiling
-# (the planner inside the shifted simulator does not depend on the imitating model: its
-# cells are `external-walker`'s experts.csv).
 # `grid-walker`'s and `adapt-walker`'s cells of walker's RND model, on walker's default: the
 # FB methods (`grid-walker`'s paper-settings RBFM-Light and RBFM-Heavy too; its flip cells
 # at the default settings are `q1-walker`'s), without the baselines, which train on the
@@ -670,6 +664,12 @@ PRESETS["grid-walker-default"] = dataclasses.replace(
 PRESETS["adapt-walker-default"] = dataclasses.replace(
     _UNPINNED["adapt-walker"], name="adapt-walker-default"
 )
+# `external-walker`'s cells that read walker's FB model, on walker's default (Table 4's
+# size): the paper's three methods, the two reductions and the adaptations, the same
+# planner episodes. Not the baselines or the dynamics-diverse models (no FB model of
+# walker's default in them: their rows are `external-walker`'s), nor the planner's ceiling
+# (the planner inside the shifted simulator does not depend on the imitating model: its
+# cells are `external-walker`'s experts.csv).
 PRESETS["external-walker-default"] = dataclasses.replace(
     _external("walker"),
     name="external-walker-default",

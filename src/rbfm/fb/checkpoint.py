@@ -319,7 +319,7 @@ def models_table() -> str:
     (a broken model's problem, an RBFM_MODELS that names no folder), then the last line
     "N of M installed"."""
     rows = listed_models()
-    wide = max(27, *(len(r.name) for r in rows))  # a path (a shadowed file) widens it
+    wide = max([27, *(len(r.name) for r in rows)])  # a path (a shadowed file) widens it
     head = f"{'model':<{wide}} {'domain':<9} {'MB':>5}  {'zero-shot':<9} {'task means':<17}"
     lines = [f"{head} {'where':<11} get it"]
     for r in rows:
