@@ -43,7 +43,8 @@ main() {
             adapt-walker@walk adapt-walker@run adapt-walker@flip adapt-cheetah@walk adapt-cheetah@run
             adapt-cheetah@walk_backward adapt-cheetah@run_backward adapt-quadruped@stand
             adapt-quadruped@walk adapt-quadruped@run adapt-quadruped@jump adapt-independent
-            adapt-cone-walker-rand-ctx external q1-walker)
+            adapt-cone-walker-rand-ctx external q1-walker external-walker-default@walk
+            external-walker-default@stand external-walker-default@run external-walker-default@flip)
     fi
     # `external` is its three domains' stages (a planner ceiling costs minutes an episode).
     expanded=()
