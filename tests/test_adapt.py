@@ -157,7 +157,9 @@ def test_the_implied_criterion_chooses_by_the_start_z_reward_and_never_reads_a_r
     ("kwargs", "match"),
     [
         ({"budget": 0}, "budget: 0 episodes"),
-        ({"budget": 2, "states": 3}, "exceed the budget"),
+        ({"budget": 2, "states": 3}, "do not divide the budget of 2"),
+        ({"budget": 5, "states": 3}, "2 would go unused"),
+        ({"alpha": "0.1"}, "AdaptConfig.alpha: '0.1' is not a number"),
         ({"criterion": "return"}, "criterion"),
         ({"step": 0.0}, "step"),
         ({"search": "grid"}, "search"),
@@ -245,3 +247,11 @@ def test_clear_keeps_the_start_unless_the_best_is_better_on_paired_blocks(
     # At a level no data can reach, nothing replaces the start z.
     never = adapt(model, demos, z0, ENV, AdaptConfig(budget=4, block=50, alpha=1e-300), seed=2)
     assert never.kept == [0, 0, 0, 0]
+
+
+def test_a_block_too_long_for_the_paired_test_is_refused_before_any_episode(
+    model: FBModel, demos: Demos, z0: torch.Tensor
+) -> None:
+    # 600 steps leave one block per 1000-step episode: `keep="clear"` could never leave z0.
+    with pytest.raises(ConfigError, match=r"block: 600 steps leave 1 block\(s\) .*1\.\.500"):
+        adapt(model, demos, z0, ENV, AdaptConfig(budget=1, block=600), seed=0)

@@ -197,3 +197,64 @@ def test_save_writes_the_name_given_and_returns_it_whatever_its_dots(
         assert path.with_name("x.v2.safetensors").is_file()
     assert all((tmp_path / o).read_text() == "another run's" for o in ("x.json", "x.safetensors"))
     assert rbfm.load_imitation(path).method == method
+
+
+def test_what_would_turn_into_nan_or_a_silent_zero_is_refused(
+    model: rbfm.Model, tmp_path: Path
+) -> None:
+    from rbfm.api import Imitation
+    from rbfm.device import pick_device
+    from rbfm.inference.goal import GoalConfig, infer_sequences
+
+    # A float64 value beyond float32's range would pass a check made before the cast.
+    obs, acts = _arrays()
+    big = [o.astype(np.float64) for o in obs]
+    big[0][3, 1] = 1e300
+    with pytest.raises(DatasetError, match=r"infinite values \(episode 0, step 3\), counting"):
+        rbfm.Demos.from_arrays("cheetah", "run", big, acts)
+    rbfm.save_demos(tmp_path / "d.npz", _demos())
+    with np.load(tmp_path / "d.npz") as f:
+        arrays = dict(f)
+    arrays["observation"] = arrays["observation"].astype(str)
+    np.savez(tmp_path / "s.npz", **arrays)
+    with pytest.raises(DatasetError, match="observation holds <U32 values; expected real"):
+        rbfm.load_demos(tmp_path / "s.npz")
+    # A NaN z would end every episode at its first step and count a return of 0.
+    nan = Imitation("er", "cheetah", "run", torch.full((model.fb.cfg.z_dim,), torch.nan), model)
+    with pytest.raises(ConfigError, match="er imitation: NaN or infinite values in its z"):
+        rbfm.evaluate(nan, episodes=1)
+    demos = _demos()
+    with pytest.raises(ConfigError, match=r"imitate.seed: -1 is out of range"):
+        rbfm.imitate(demos, "er", model, seed=-1)
+    seeded = rbfm.imitate(demos, "er", model, seed=np.int64(2))  # numpy's integers too
+    assert seeded.info is not None and type(seeded.info["seed"]) is int
+    with pytest.raises(ConfigError, match="pass a Demos"):
+        rbfm.imitate("demos.npz", "er", model)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"evaluate.episodes: 2.5 is out of range"):
+        rbfm.evaluate(rbfm.imitate(demos, "er", model), episodes=2.5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"adapt.seed: -3 is out of range"):
+        rbfm.adapt(rbfm.imitate(demos, "er", model), demos, episodes=1, seed=-3)
+    with pytest.raises(ConfigError, match="device 'xyz' \\(valid: cpu, cuda, cuda:N\\)"):
+        pick_device("xyz")
+    # The goal method on a model whose actor reads a window: refused, not a shape error later.
+    windowed = FBModel(17, 6, fb_config("tiny", context=2)).eval()
+    with pytest.raises(DatasetError, match="goal: models with a context are not supported"):
+        infer_sequences(windowed, demos, GoalConfig())
+
+
+def test_a_torn_pair_is_refused_not_loaded_with_the_wrong_contents(
+    model: rbfm.Model, tmp_path: Path
+) -> None:
+    demos = _demos()
+    one = rbfm.imitate(demos, "goal", model, lookahead=3).save(tmp_path / "one.json")
+    two = rbfm.imitate(demos, "goal", model, lookahead=5).save(tmp_path / "two.json")
+    # two's weights beside one's description: a save killed between its two files.
+    (tmp_path / "one.safetensors").write_bytes((tmp_path / "two.safetensors").read_bytes())
+    with pytest.raises(ConfigError, match=r"not the weights .*one\.json was written with"):
+        rbfm.load_imitation(one)
+    assert rbfm.load_imitation(two).goals is not None
+    policy = rbfm.imitate(demos, "drbc", steps=2).save(tmp_path / "p.json")
+    weights = tmp_path / "p.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-8] + bytes(8))
+    with pytest.raises(CheckpointError, match="SHA-256 differs"):
+        rbfm.load_imitation(policy)

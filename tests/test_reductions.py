@@ -224,6 +224,9 @@ def test_a_goal_file_round_trips_and_evaluates_as_the_imitation(
     assert "goal: 2 z sequences (2000 steps)" in capsys.readouterr().out.splitlines()[-1]
     assert main(["evaluate", "--z", str(out), "--episodes", "2"]) == 0
     assert f"{direct.mean():.1f}" in capsys.readouterr().out
+    adapt = ["adapt", "--demos", str(demos_file), "--num-demos", "2", "--z", str(out)]
+    assert main([*adapt, "--episodes", "1", "--out", str(tmp_path / "a.json")]) == 2
+    assert "goal is a z per step, not a task vector" in capsys.readouterr().err
     infer += ["--num-demos", "2", "--method", "goal"]
     assert main([*infer, "--steps", "5", "--out", str(out)]) == 2
     assert "goal: no field steps (valid: index, lookahead)" in capsys.readouterr().err
@@ -250,5 +253,5 @@ def test_a_goal_file_round_trips_and_evaluates_as_the_imitation(
     # A truncated sequences file is refused by name, before any rollout.
     weights = out.with_suffix(".safetensors")
     weights.write_bytes(weights.read_bytes()[:100])
-    with pytest.raises(ConfigError, match="not the goal sequences of"):
+    with pytest.raises(ConfigError, match=r"not the weights .*cli\.json was written with"):
         rbfm.load_imitation(out)

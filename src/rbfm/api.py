@@ -15,6 +15,7 @@ the same files as `rbfm infer`, which `load_imitation` and `rbfm evaluate` read.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import torch
 from torch import nn
 
 from rbfm import EVAL_SEED
+from rbfm.checks import in_range
 from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError
 from rbfm.evaluation import EnvSpec, Policy, RolloutEngine, fb_policy
@@ -119,6 +121,7 @@ class Imitation:
         from rbfm.baselines import as_policy
         from rbfm.inference.goal import GoalPolicy
 
+        self._check_finite()
         if self.goals is not None:
             assert self.model is not None
             return GoalPolicy(self.model.fb, self.goals)
@@ -127,6 +130,18 @@ class Imitation:
             return fb_policy(self.model.fb, self.z)
         assert self.network is not None
         return as_policy(self.network)
+
+    def _check_finite(self) -> None:
+        """Refuses a policy whose actions would be NaN: the rollout engine would end each
+        episode at its first step as a physics failure and count a return of 0."""
+        tensors = {"z": [] if self.z is None else [self.z]}
+        if self.goals is not None:
+            tensors["goal z"] = [*self.goals.z, self.goals.starts]
+        if self.network is not None:
+            tensors["network weights"] = list(self.network.parameters())
+        for what, values in tensors.items():
+            if not all(bool(torch.isfinite(t).all()) for t in values):
+                raise ConfigError(f"{self.method} imitation: NaN or infinite values in its {what}")
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """A task-vector file (`path` as given), or a policy's or goal sequences' `.json`
@@ -152,6 +167,11 @@ class Imitation:
         return beside(stem, ".json")
 
 
+def _plain(value: Any) -> Any:
+    """numpy's integers as Python's (a seed from np.arange), checked and recorded as such."""
+    return int(value) if isinstance(value, np.integer) else value
+
+
 @one_torch_thread
 def imitate(
     demos: Demos,
@@ -170,6 +190,12 @@ def imitate(
     from rbfm.inference import infer
     from rbfm.methods import check_named, get_method
 
+    if not isinstance(demos, Demos):
+        raise ConfigError(
+            f"imitate: demos is a {type(demos).__name__}; pass a Demos (rbfm.load_demos(path))"
+        )
+    seed = _plain(seed)
+    in_range("imitate", "seed", seed, 0, integer=True)
     check_named(method, settings)  # before the model loads
     if model is not None and not isinstance(model, Model):
         model = load_model(model)
@@ -177,7 +203,8 @@ def imitate(
         from rbfm.inference.goal import goal_config, infer_sequences
 
         if model is None or model.domain != demos.domain:
-            raise ConfigError(f"imitate: goal needs a {demos.domain} model (model=)")
+            given = "" if model is None else f", not {model.name}"
+            raise ConfigError(f"imitate: goal needs a {demos.domain} model (model=){given}")
         cfg = goal_config(overrides)
         goals = infer_sequences(model.fb, demos, cfg)
         record = {"seed": seed, "lookahead": cfg.lookahead}
@@ -225,6 +252,8 @@ def adapt(
     from rbfm.inference.adapt import adapt as adapt_z
     from rbfm.policy_files import adaptation_record, check_adapt_task
 
+    seed = _plain(seed)
+    in_range("adapt", "seed", seed, 0, integer=True)
     if not isinstance(imitation, Imitation):
         imitation = load_imitation(imitation)
     if imitation.z is None or imitation.model is None:
@@ -288,10 +317,19 @@ def evaluate(
     """The returns of `episodes` episodes of the imitation's task (or `task`) under a
     perturbation family at a level (paper units; `rbfm envs` lists them). `imitation`: an
     `Imitation` or a file `load_imitation` reads."""
+    episodes, seed = _plain(episodes), _plain(seed)
+    in_range("evaluate", "episodes", episodes, 1, integer=True)
+    in_range("evaluate", "seed", seed, 0, integer=True)
     if not isinstance(imitation, Imitation):
         imitation = load_imitation(imitation)
-    if episodes < 1:
-        raise ConfigError(f"evaluate: episodes {episodes} (valid: >= 1)")
     spec = EnvSpec(imitation.domain, task or imitation.task, perturbation, level).checked()
     with RolloutEngine(0) as engine:
-        return engine.run(spec, imitation.policy(), episodes, seed=seed).returns
+        result = engine.run(spec, imitation.policy(), episodes, seed=seed)
+    if n := int(result.unstable.sum()):
+        warnings.warn(
+            f"evaluate: {n} of {episodes} episodes ended early by a physics failure; their "
+            "returns count the steps before it",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return result.returns

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -59,3 +61,38 @@ def atomic_csv(
             writer.writerows(rows)
 
     atomic_write(path, write)
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_pair(stem: Path, tensors: dict[str, Any], meta: dict[str, Any]) -> Path:
+    """`stem.safetensors` and then `stem.json`, the description naming the weights' SHA-256:
+    a pair torn by a killed write (the weights of one save beside the description of
+    another) is refused by `check_pair` instead of loading the wrong contents. Returns the
+    `.json` path."""
+    from safetensors.torch import save_file
+
+    weights = beside(stem, ".safetensors")
+    atomic_write(weights, lambda tmp: save_file(tensors, str(tmp)))
+    text = json.dumps({**meta, "weights_sha256": file_sha256(weights)}, indent=2)
+    atomic_write(beside(stem, ".json"), lambda tmp: tmp.write_text(text))
+    return beside(stem, ".json")
+
+
+def check_pair(stem: Path, meta: dict[str, Any]) -> None:
+    """Refuses weights that are not the ones the description `meta` was written beside
+    (pairs written before the hash was recorded are taken as they are)."""
+    weights = beside(stem, ".safetensors")
+    wanted = meta.get("weights_sha256")
+    if wanted is not None and weights.is_file() and file_sha256(weights) != wanted:
+        raise ConfigError(
+            f"{weights}: not the weights {beside(stem, '.json')} was written with (its "
+            "SHA-256 differs: a write interrupted between the two files?); save it again"
+        )

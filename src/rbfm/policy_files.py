@@ -70,6 +70,11 @@ def _read_json(path: str | os.PathLike[str]) -> Any:
 
 def _task_vector(path: str | os.PathLike[str], data: Any) -> tuple[torch.Tensor, dict[str, Any]]:
     """The z and description of a parsed task-vector file, validated."""
+    held = {GOALS_FORMAT: "a z per step", POLICY_FORMAT: "a policy network"}
+    if isinstance(data, dict) and (what := held.get(data.get("format", ""))):
+        raise ConfigError(
+            f"{path}: {data.get('method', 'its method')} is {what}, not a task vector"
+        )
     try:
         z = torch.tensor(data.pop("z"), dtype=torch.float32)
     except (AttributeError, KeyError, TypeError, ValueError) as e:

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
-from rbfm.atomic import atomic_write, beside
+from rbfm.atomic import atomic_write, beside, check_pair, write_pair
 from rbfm.data.demos import Demos
-from rbfm.errors import DatasetError
+from rbfm.errors import ConfigError, DatasetError
 from rbfm.fb.checkpoint import CheckpointError
 from rbfm.progress import steps_bar
 
@@ -177,9 +177,7 @@ def save_policy(stem: Path, policy: nn.Module, meta: dict[str, Any]) -> Path:
     """`stem.safetensors` (weights) and `stem.json` (format, method, config...), atomically."""
     stem.parent.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in policy.state_dict().items()}
-    atomic_write(beside(stem, ".safetensors"), lambda tmp: save_file(state, str(tmp)))
-    desc = json.dumps({"format": FORMAT, **meta}, indent=2)
-    atomic_write(beside(stem, ".json"), lambda tmp: tmp.write_text(desc))
+    write_pair(stem, state, {"format": FORMAT, **meta})
     return stem
 
 
@@ -196,6 +194,10 @@ def read_policy_meta(stem: Path) -> dict[str, Any]:
 
 def load_weights(stem: Path, policy: nn.Module) -> nn.Module:
     weights = beside(stem, ".safetensors")
+    try:
+        check_pair(stem, read_policy_meta(stem))
+    except ConfigError as e:
+        raise CheckpointError(str(e)) from None
     try:
         state = load_file(str(weights))
         policy.load_state_dict(state)

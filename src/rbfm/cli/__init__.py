@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(1)
     try:
         args.func(args)
-    except RbfmError as e:
+    except (RbfmError, FloatingPointError) as e:  # the latter: a non-finite result, refused
         print(f"rbfm {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

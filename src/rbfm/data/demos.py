@@ -105,8 +105,9 @@ class Demos:
                 f"Demos.from_arrays: {len(observations)} observation sequences for "
                 f"{len(actions)} action sequences"
             )
-        obs = [np.asarray(o, np.float32) for o in observations]
-        acts = [np.asarray(a, np.float32) for a in actions]
+        with np.errstate(over="ignore"):  # a value beyond float32's range: refused below
+            obs = [np.asarray(o, np.float32) for o in observations]
+            acts = [np.asarray(a, np.float32) for a in actions]
         spec = get_domain(domain)
         _check_episodes(spec, obs, acts, rewards, physics)
         lengths = np.array([len(a) for a in acts], np.int64)
@@ -247,6 +248,16 @@ def load_demos(path: str | os.PathLike[str], domain: str | None = None) -> Demos
     return _validated(spec.name, str(meta.get("task", "?")), arrays, rest, str(path))
 
 
+# The dtype Demos keeps each array in.
+_DTYPES = {
+    "observation": np.float32,
+    "action": np.float32,
+    "physics": np.float64,
+    "reward": np.float64,
+    "returns": np.float64,
+}
+
+
 def _locate(key: str, row: int, lengths: np.ndarray) -> str:
     """Which episode (and step) row `row` of a concatenated array `key` belongs to."""
     if key == "returns":
@@ -294,15 +305,24 @@ def _validated(
     for key, n in (("reward", n_steps), ("returns", len(lengths))):
         if arrays[key].shape != (n,):
             raise DatasetError(f"{where}: {key} has shape {arrays[key].shape}, expected ({n},)")
-    for key in ("observation", "action", "physics", "reward", "returns"):
-        finite = np.isfinite(arrays[key])
+    # Checked after the cast to the dtypes Demos keeps: a float64 value beyond float32's
+    # range would otherwise pass and turn into inf there.
+    cast = {}
+    for key, dtype in _DTYPES.items():
+        kind = arrays[key].dtype
+        if not (np.issubdtype(kind, np.integer) or np.issubdtype(kind, np.floating)):
+            raise DatasetError(f"{where}: {key} holds {kind} values; expected real numbers")
+        with np.errstate(over="ignore"):
+            cast[key] = np.asarray(arrays[key], dtype)
+        finite = np.isfinite(cast[key])
         finite = finite.all(axis=tuple(range(1, finite.ndim)))  # per row
         if not finite.all():
             raise DatasetError(
                 f"{where}: {key} holds NaN or infinite values "
-                f"({_locate(key, int(np.argmin(finite)), lengths)})"
+                f"({_locate(key, int(np.argmin(finite)), lengths)}), counting values beyond "
+                f"{np.dtype(dtype).name}'s range"
             )
-    size = np.abs(arrays["action"]).reshape(n_steps, -1).max(1)
+    size = np.abs(cast["action"]).reshape(n_steps, -1).max(1)
     if (size > 1 + 1e-5).any():
         step = int(size.argmax())
         episode = int(np.searchsorted(np.cumsum(lengths), step, side="right"))
@@ -313,11 +333,11 @@ def _validated(
     return Demos(
         spec.name,
         task,
-        arrays["observation"].astype(np.float32),
-        arrays["action"].astype(np.float32),
-        np.asarray(arrays["physics"], np.float64),
-        np.asarray(arrays["reward"], np.float64),
+        cast["observation"],
+        cast["action"],
+        cast["physics"],
+        cast["reward"],
         lengths.astype(np.int64),
-        np.asarray(arrays["returns"], np.float64),
+        cast["returns"],
         meta,
     )

@@ -23,7 +23,6 @@ errors can name a model that is not installed and say how to get it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from rbfm.atomic import PAIR, atomic_write, beside, stem_of
+from rbfm.atomic import PAIR, atomic_write, beside, file_sha256, stem_of
 from rbfm.device import pick_device
 from rbfm.envs import DOMAINS, get_domain
 from rbfm.errors import ConfigError, RbfmError
@@ -47,14 +46,6 @@ VERSION = 1
 
 class CheckpointError(RbfmError):
     """A checkpoint is missing, corrupt, or does not fit what it is loaded for."""
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -376,7 +367,7 @@ def save_checkpoint(
         "obs_dim": model.obs_dim,
         "action_dim": model.action_dim,
         "config": model.cfg.to_json(),
-        "sha256": _sha256(weights),
+        "sha256": file_sha256(weights),
         **meta,
     }
     atomic_write(beside(stem, ".json"), lambda p: p.write_text(json.dumps(info, indent=2)))
@@ -417,7 +408,7 @@ def verify_weights(stem: Path, meta: dict[str, Any]) -> None:
     weights = beside(stem, ".safetensors")
     if not weights.exists():
         raise CheckpointError(f"{weights}: missing weights file")
-    if _sha256(weights) != meta.get("sha256"):
+    if file_sha256(weights) != meta.get("sha256"):
         raise CheckpointError(f"{weights}: contents do not match {stem.name}.json (corrupt?)")
 
 

@@ -72,6 +72,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from rbfm.checks import in_range
 from rbfm.data.demos import Demos
 from rbfm.envs import get_domain
 from rbfm.errors import ConfigError
@@ -106,29 +107,26 @@ class AdaptConfig:
     def __post_init__(self) -> None:
         if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 1:
             raise ConfigError(f"budget: {self.budget!r} episodes (valid: an integer >= 1)")
-        if not (math.isfinite(self.step) and 0.0 < self.step <= 2.0):
-            raise ConfigError(f"step: {self.step} (valid: 0 < step <= 2)")
-        if not (math.isfinite(self.shrink) and 0.0 < self.shrink < 1.0):
-            raise ConfigError(f"shrink: {self.shrink} (valid: 0 < shrink < 1)")
+        in_range("AdaptConfig", "step", self.step, 0.0, 2.0, open_low=True, open_high=False)
+        in_range("AdaptConfig", "shrink", self.shrink, 0.0, 1.0, open_low=True, open_high=True)
         if isinstance(self.states, bool) or not isinstance(self.states, int) or self.states < 1:
             raise ConfigError(f"states: {self.states!r} (valid: an integer >= 1)")
-        if self.states > self.budget:
+        if self.budget % self.states:
             raise ConfigError(
-                f"states: {self.states} episodes per candidate exceed the budget of "
-                f"{self.budget} (valid: 1..{self.budget})"
+                f"states: {self.states} episodes per candidate do not divide the budget of "
+                f"{self.budget} episodes ({self.budget % self.states} would go unused; valid: "
+                f"a divisor of {self.budget})"
             )
         if self.search not in SEARCHES:
             raise ConfigError(f"search: {self.search!r} (valid: {', '.join(SEARCHES)})")
-        if not (math.isfinite(self.cosine) and -1.0 < self.cosine < 1.0):
-            raise ConfigError(f"cosine: {self.cosine} (valid: -1 < cosine < 1)")
+        in_range("AdaptConfig", "cosine", self.cosine, -1.0, 1.0, open_low=True, open_high=True)
         if self.criterion not in CRITERIA:
             raise ConfigError(f"criterion: {self.criterion!r} (valid: {', '.join(CRITERIA)})")
         if self.keep not in KEEPS:
             raise ConfigError(f"keep: {self.keep!r} (valid: {', '.join(KEEPS)})")
         if isinstance(self.block, bool) or not isinstance(self.block, int) or self.block < 1:
             raise ConfigError(f"block: {self.block!r} steps (valid: an integer >= 1)")
-        if not (math.isfinite(self.alpha) and 0.0 < self.alpha < 0.5):
-            raise ConfigError(f"alpha: {self.alpha} (valid: 0 < alpha < 0.5)")
+        in_range("AdaptConfig", "alpha", self.alpha, 0.0, 0.5, open_low=True, open_high=True)
 
 
 @dataclass(frozen=True)
@@ -249,6 +247,12 @@ def adapt_many(
     if others:
         raise ConfigError(f"adapt: one call adapts one domain's problems ({domain}, not {others})")
     _check_model(model, domain)
+    length = get_domain(domain).episode_length
+    if cfg.keep == "clear" and length // cfg.block < 2:
+        raise ConfigError(
+            f"block: {cfg.block} steps leave {length // cfg.block} block(s) per {length}-step "
+            f"{domain} episode; the paired test needs >= 2 (valid: 1..{length // 2})"
+        )
     start = time.perf_counter()
     radius = model.radius
     results = [

@@ -20,7 +20,6 @@ walker demonstrations of 1,000 steps are 0.8 MB there against ~4 MB as JSON numb
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from rbfm.atomic import atomic_write, beside, stem_of
+from rbfm.atomic import beside, check_pair, stem_of, write_pair
 from rbfm.checks import in_range, known_fields
 from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError, DatasetError
@@ -91,6 +90,10 @@ def lookahead_goals(embeddings: torch.Tensor, lookahead: int, radius: float) -> 
 
 def infer_sequences(model: FBModel, demos: Demos, cfg: GoalConfig) -> GoalSequences:
     """The goal sequence of every demonstration."""
+    if model.cfg.context:
+        raise DatasetError(
+            "goal: models with a context are not supported (the actor reads a window)"
+        )
     started = time.perf_counter()
     device = next(model.parameters()).device
     seqs, starts, keys = [], [], []
@@ -101,7 +104,7 @@ def infer_sequences(model: FBModel, demos: Demos, cfg: GoalConfig) -> GoalSequen
             starts.append(b[0])
             if cfg.index == "state":
                 keys.append(b[:-1])
-    if not all(torch.isfinite(z).all() for z in [*seqs, *keys]):
+    if not all(torch.isfinite(z).all() for z in [*seqs, *keys, *starts]):
         raise FloatingPointError("goal: a task vector is not finite; nothing written")
     seconds = time.perf_counter() - started
     return GoalSequences(seqs, torch.stack(starts), seconds, cfg.index, keys)
@@ -163,17 +166,14 @@ FORMAT = "rbfm-goals"
 
 
 def write_goals(stem: Path, goals: GoalSequences, meta: dict[str, Any]) -> Path:
-    """`stem.safetensors` and then `stem.json` (the description, written last: a file
-    that reads is whole); returns the `.json` path."""
+    """`stem.safetensors` and then `stem.json` (`rbfm.atomic.write_pair`); returns the
+    `.json` path."""
     tensors = {f"z.{i}": z.detach().cpu().contiguous() for i, z in enumerate(goals.z)}
     tensors["starts"] = goals.starts.detach().cpu().contiguous()
     tensors |= {f"key.{i}": k.detach().cpu().contiguous() for i, k in enumerate(goals.keys)}
     info = {"format": FORMAT, **meta, "demonstrations": len(goals.z), "index": goals.index}
     info["lengths"] = [len(z) for z in goals.z]
-    atomic_write(beside(stem, ".safetensors"), lambda tmp: save_file(tensors, str(tmp)))
-    text = json.dumps(info, indent=2)
-    atomic_write(beside(stem, ".json"), lambda tmp: tmp.write_text(text))
-    return beside(stem, ".json")
+    return write_pair(stem, tensors, info)
 
 
 def read_goals(path: Path, info: dict[str, Any]) -> GoalSequences:
@@ -181,6 +181,7 @@ def read_goals(path: Path, info: dict[str, Any]) -> GoalSequences:
     weights = beside(stem_of(path), ".safetensors")
     index = info.get("index", "time")  # files written before the state index have none
     _check_index(f"{path} index", index)
+    check_pair(stem_of(path), info)
     try:
         tensors = load_file(str(weights))
         count = int(info["demonstrations"])
@@ -207,6 +208,11 @@ def read_goals(path: Path, info: dict[str, Any]) -> GoalSequences:
         or any(k.shape != z.shape for k, z in zip(keys, seqs, strict=False))
     ):
         raise ConfigError(f"{weights}: goal sequences of inconsistent shapes")
+    if "lengths" in info and info["lengths"] != [len(z) for z in seqs]:
+        raise ConfigError(
+            f"{weights}: sequences of lengths {[len(z) for z in seqs]}, where {path} "
+            f"describes {info['lengths']}"
+        )
     if not all(torch.isfinite(z).all() for z in [*seqs, starts, *keys]):
         raise ConfigError(f"{weights}: a goal task vector is not finite")
     return GoalSequences(seqs, starts, 0.0, index, keys)
