@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from rbfm import EVAL_SEED
+from rbfm.envs import DOMAINS
 from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy
 from rbfm.fb.checkpoint import load_checkpoint
 from rbfm.fb.model import FBModel
@@ -98,16 +99,25 @@ def main() -> None:
     for v in args.variants:  # before any rollout
         if v not in ("er", "rer", "late") and not re.fullmatch(r"cer\d+(\.\d+)?", v):
             p.error(f"--variants: {v} (valid: er, rer, late, cerK with K a number, e.g. cer0.5)")
+    if args.seeds < 1:
+        p.error(f"--seeds {args.seeds}: at least 1")
+    for item in args.tasks:
+        domain, _, task = item.partition(":")
+        if domain not in DOMAINS or task not in DOMAINS[domain].tasks:
+            p.error(f"--tasks {item}: a DOMAIN:TASK of rbfm's twelve (e.g. walker:walk)")
     torch.set_num_threads(1)
     ROWS.parent.mkdir(parents=True, exist_ok=True)
     with open(ROWS, "a", newline="") as f, RolloutEngine(0) as engine:
         writer = csv.writer(f)
         for domain, task, path in demonstrated(args.tasks):
+            demos = load_demos(path)
+            if "late" in args.variants and (short := int(demos.lengths.min())) <= 100:
+                raise SystemExit(f"late: {path} holds an episode of {short} steps, none from "
+                                 "step 100 on")  # fmt: skip
             model, meta = load_checkpoint(domain)
             b_rho = _b(model, reachable(model, domain, "walk" if domain != "cheetah" else "run",
                                         engine))  # fmt: skip
             stored = torch.tensor(meta["task_z"][task])
-            demos = load_demos(path)
             for seed in range(args.seeds):
                 picked = demos.sample(4, seed)
                 for v in args.variants:

@@ -236,6 +236,15 @@ def test_what_would_turn_into_nan_or_a_silent_zero_is_refused(
         rbfm.adapt(rbfm.imitate(demos, "er", model), demos, episodes=1, seed=-3)
     with pytest.raises(ConfigError, match="device 'xyz' \\(valid: cpu, cuda, cuda:N\\)"):
         pick_device("xyz")
+    with pytest.raises(CheckpointError, match="an empty model name"):
+        rbfm.load_model("")
+    with pytest.raises(CheckpointError, match=r"no walker: model is shipped .*walker, walker:"):
+        rbfm.load_model("walker:")  # not the default walker: a label was left out
+    # From Python as from the command line: a folder as `out` is refused before planning.
+    from rbfm.policy_files import demos_to_file
+
+    with pytest.raises(ConfigError, match="is a folder; give a file name"):
+        demos_to_file("mpc", "walk", tmp_path, domain="walker", episodes=1)
     # The goal method on a model whose actor reads a window: refused, not a shape error later.
     windowed = FBModel(17, 6, fb_config("tiny", context=2)).eval()
     with pytest.raises(DatasetError, match="goal: models with a context are not supported"):

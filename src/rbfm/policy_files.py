@@ -179,6 +179,7 @@ def demos_to_file(
     if ((action_noise or dataset) and is_mpc) or ((mpc or parts) and not is_mpc):
         raise ConfigError("--dataset and --action-noise are --expert fb's, --mpc, --parts mpc's")
     episodes = DEMO_EPISODES[expert] if episodes is None else episodes
+    checks.out_file(out)  # before the episodes (a planner's take minutes each)
     if domain is not None:  # the planner (as checked above)
         from rbfm.planning import mpc_config
         from rbfm.planning.demos import mpc_demos
@@ -493,6 +494,7 @@ def evaluate_files(
     different domains, a task vector of another model, a file inferred for another task
     (unless `cross_task`), levels outside the family's range."""
     checks.count("episodes", episodes)
+    checks.out_file(out)
     loaded: list[Loaded] = [(str(path), *load_any(path)) for path in paths]
     task = task or _agreed(loaded, "task", "--task")
     meta = None

@@ -10,11 +10,13 @@ import csv
 import os
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from rbfm.atomic import atomic_csv
 from rbfm.errors import ConfigError
 from rbfm.evaluation.aggregate import mean_ci
 from rbfm.evaluation.fb_policy import fb_policy
@@ -124,24 +126,22 @@ def sweep(
 
 
 def write_csv(path: str | os.PathLike[str], rows: list[SweepRow], extra: dict[str, Any]) -> None:
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(
-            [*extra, "method", "level", "mean", "ci95", "seeds", "episodes", "unstable"]
-        )
-        for r in rows:
-            writer.writerow(
-                [
-                    *extra.values(),
-                    r.method,
-                    r.level,
-                    f"{r.mean:.3f}",
-                    f"{r.ci95:.3f}",
-                    r.seeds,
-                    r.episodes,
-                    r.unstable,
-                ]
-            )
+    """The sweep's table, whole or not at all (`atomic_csv`); `extra`'s columns lead."""
+    columns = [*extra, "method", "level", "mean", "ci95", "seeds", "episodes", "unstable"]
+    table = [
+        {
+            **extra,
+            "method": r.method,
+            "level": r.level,
+            "mean": f"{r.mean:.3f}",
+            "ci95": f"{r.ci95:.3f}",
+            "seeds": r.seeds,
+            "episodes": r.episodes,
+            "unstable": r.unstable,
+        }
+        for r in rows
+    ]
+    atomic_csv(Path(path), table, columns)
 
 
 def read_csv(path: str | os.PathLike[str]) -> tuple[list[SweepRow], dict[str, str]]:

@@ -197,9 +197,15 @@ def resolve(path: str | os.PathLike[str]) -> Path:
     """
     p = Path(path)
     name = str(path)
-    domain, _, label = name.partition(":")
+    if not name.strip():
+        raise CheckpointError(
+            "an empty model name; pass a model's name (`rbfm models`), a run directory or a "
+            "checkpoint file"
+        )
+    domain, colon, label = name.partition(":")
     if domain in DOMAINS and not p.exists() and not beside(p, ".json").exists():
-        stem = shipped_model(domain, label or None)
+        # `walker:` is not `walker`: a label was meant and left out.
+        stem = shipped_model(domain, label or None) if label or not colon else None
         if stem is None:
             have = ", ".join(n for n in _shipped_names() if n.partition(":")[0] == domain)
             raise CheckpointError(
