@@ -105,8 +105,10 @@ def test_the_api_refuses_what_it_cannot_use(model: rbfm.Model, tmp_path: Path) -
     obs, acts = [np.zeros((3, 17))] * 2, [np.zeros((2, 6))] * 2
     with pytest.raises(DatasetError, match="episode 1's actions have shape"):
         rbfm.Demos.from_arrays("cheetah", "run", obs, [acts[0], np.zeros((2, 5))])
-    with pytest.raises(DatasetError, match="episode 0 has 3 rewards for 2 actions"):
+    with pytest.raises(DatasetError, match=r"episode 0's rewards have shape \(3,\), expected \(2"):
         rbfm.Demos.from_arrays("cheetah", "run", obs, acts, rewards=[np.ones(3), np.ones(1)])
+    with pytest.raises(DatasetError, match=r"episode 1's rewards have shape \(1, 2\)"):
+        rbfm.Demos.from_arrays("cheetah", "run", obs, acts, rewards=[np.ones(2), np.ones((1, 2))])
     with pytest.raises(DatasetError, match="1 reward sequences for 2 episodes"):
         rbfm.Demos.from_arrays("cheetah", "run", obs, acts, rewards=[np.ones(4)])
     with pytest.raises(DatasetError, match="episode 0 has 4 physics states for 3"):

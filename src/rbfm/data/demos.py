@@ -57,9 +57,10 @@ def _check_episodes(
                 f"{where}: episode {i} has {len(o)} observations for {len(a)} actions; each "
                 "episode needs T+1 (the reset's first, then one after each action)"
             )
-        if rewards is not None and np.size(rewards[i]) != len(a):
+        if rewards is not None and np.shape(rewards[i]) != (len(a),):
             raise DatasetError(
-                f"{where}: episode {i} has {np.size(rewards[i])} rewards for {len(a)} actions"
+                f"{where}: episode {i}'s rewards have shape {np.shape(rewards[i])}, expected "
+                f"({len(a)},): one per action"
             )
         if physics is not None and len(physics[i]) != len(o):
             raise DatasetError(
