@@ -120,12 +120,13 @@ def test_recovers_a_deterministic_linear_expert(method: str) -> None:
 def test_policies_round_trip_and_refuse_bad_files(tmp_path: Path) -> None:
     policy = bedroil.TanhGaussianPolicy(17, 6, (32, 32))
     stem = save_policy(tmp_path / "p", policy, {"method": "bedroil", "domain": "cheetah"})
-    assert read_policy_meta(stem)["method"] == "bedroil"
-    back = load_weights(stem, bedroil.TanhGaussianPolicy(17, 6, (32, 32)))
+    meta = read_policy_meta(stem)
+    assert meta["method"] == "bedroil"
+    back = load_weights(stem, bedroil.TanhGaussianPolicy(17, 6, (32, 32)), meta)
     obs = torch.randn(5, 17)
     torch.testing.assert_close(back(obs), policy(obs))
     with pytest.raises(CheckpointError, match="does not hold this policy"):
-        load_weights(stem, bedroil.TanhGaussianPolicy(17, 6, (64, 64)))
+        load_weights(stem, bedroil.TanhGaussianPolicy(17, 6, (64, 64)), meta)
     (tmp_path / "q.json").write_text('{"format": "other"}')
     with pytest.raises(CheckpointError, match="not an rbfm policy"):
         read_policy_meta(tmp_path / "q")

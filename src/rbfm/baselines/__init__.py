@@ -108,7 +108,7 @@ def load_policy(path: str | os.PathLike[str]) -> tuple[str, nn.Module, dict[str,
             f"{spec.name}'s are {spec.obs_dim}/{spec.action_dim}"
         )
     module = build_policy(str(meta["method"]), *dims, hidden)
-    return str(meta["method"]), load_weights(stem, module), meta
+    return str(meta["method"]), load_weights(stem, module, meta), meta
 
 
 def as_policy(module: nn.Module) -> Policy:

@@ -192,10 +192,12 @@ def read_policy_meta(stem: Path) -> dict[str, Any]:
     return meta
 
 
-def load_weights(stem: Path, policy: nn.Module) -> nn.Module:
+def load_weights(stem: Path, policy: nn.Module, meta: dict[str, Any]) -> nn.Module:
+    """`policy` with the weights beside `stem`, the ones its description `meta` was
+    written with (`rbfm.atomic.check_pair`) and finite."""
     weights = beside(stem, ".safetensors")
     try:
-        check_pair(stem, read_policy_meta(stem))
+        check_pair(stem, meta)
     except ConfigError as e:
         raise CheckpointError(str(e)) from None
     try:

@@ -38,7 +38,7 @@ import torch
 from tqdm import tqdm
 
 from rbfm import checks
-from rbfm.atomic import atomic_write, beside, stem_of
+from rbfm.atomic import atomic_write, beside, check_pair, stem_of
 from rbfm.data.demos import Demos, load_demos, save_demos
 from rbfm.envs import get_perturbation
 from rbfm.experiments.certificate import Certificate
@@ -342,6 +342,7 @@ def _stored_policy(store: Store, inf: InferCell) -> tuple[list[float] | None, Ba
     if inf.variant.method in BASELINE_METHODS:
         stem = stem_of(path)
         meta = read_policy_meta(stem)
+        check_pair(stem, meta)  # a cell's pair torn by a killed write: refused, not read
         return None, (inf.variant.method, meta, load_file(str(beside(stem, ".safetensors"))))
     return json.loads(path.read_text())["z"], None
 
