@@ -7,7 +7,7 @@ ER-FB matches the demonstrations' state distribution; on walker stand most of th
 planner's steps are fallen (torso height about 0.37; standing is 1.2), and this prints
 whether the imitating policy stands or lies there. Each ER-FB z is inferred from the 4
 episodes seed k draws (as the stages and `external_nominal.py` do) and runs one episode at
-nominal physics from the initial state of `EVAL_SEED`. Reads
+nominal physics from the evaluation's first initial state (seed `EVAL_SEED`, episode 0). Reads
 `runs/demos/mpc/walker_TASK.npz` (`docs/results/external/make_demos.sh`).
 """
 
@@ -20,9 +20,10 @@ import torch
 
 from external_files import demonstrated
 from rbfm import EVAL_SEED
-from rbfm.envs import DOMAINS, make_env
+from rbfm.envs import DOMAINS
 from rbfm.fb.checkpoint import load_checkpoint
 from rbfm.inference import infer, load_demos
+from rbfm.inference.expert_demos import generate_demos
 
 # The torso height's column in walker's observation (orientations 14, height 1, velocity 9).
 HEIGHT = 14
@@ -33,17 +34,11 @@ def _row(name: str, ret: float, height: np.ndarray) -> str:
     return f"| {name} | {ret:.1f} | {height.mean():.2f} | {late.mean():.2f} |"
 
 
-def _rollout(model, z: torch.Tensor, task: str) -> tuple[float, np.ndarray]:  # type: ignore[no-untyped-def]
-    """One episode of pi_z: its return and its torso height at every step."""
-    env = make_env("walker", task, seed=EVAL_SEED)
-    step, total, heights = env.reset(), 0.0, []
-    while not step.last():
-        obs = step.observation
-        heights.append(obs[HEIGHT])
-        action = model.act(torch.as_tensor(obs[None]), z.reshape(1, -1))
-        step = env.step(action.detach().cpu().numpy().reshape(-1))
-        total += float(step.reward)
-    return total, np.asarray(heights)
+def _episode(model, z: torch.Tensor, task: str) -> tuple[float, np.ndarray]:  # type: ignore[no-untyped-def]
+    """One recorded episode of pi_z (the evaluation's first initial state): its return
+    and its torso height at every state."""
+    episode = generate_demos(model, "walker", task, z, 1, EVAL_SEED)
+    return float(episode.returns[0]), episode.observation[:, HEIGHT]
 
 
 def main() -> None:
@@ -66,9 +61,9 @@ def main() -> None:
         print(_row(f"demonstration {i}", float(demos.returns[i]), height))
     for seed in range(args.seeds):
         z = infer(model, demos.sample(4, seed), "er", seed=seed).z
-        print(_row(f"ER-FB, seed {seed}", *_rollout(model, z, args.task)))
+        print(_row(f"ER-FB, seed {seed}", *_episode(model, z, args.task)))
     stored = torch.tensor(meta["task_z"][args.task])
-    print(_row("stored z (the reward's)", *_rollout(model, stored, args.task)))
+    print(_row("stored z (the reward's)", *_episode(model, stored, args.task)))
 
 
 if __name__ == "__main__":
