@@ -8,7 +8,8 @@ initial state) from ER-FB's z on 4 of the planner's episodes, and each of its ca
 run for the 20 evaluation episodes of `benchmarks/external_nominal.py` (the same initial
 states). One search gives both rules, since they differ only in what they keep
 (`AdaptResult.best`, `keep="best"`; the start z unless `clearly_better`, `keep="clear"`,
-the default). Rows go to runs/adapt_keep/rows.jsonl as each (task, seed) ends (a rerun
+the default; `hac`, the same with a Newey-West variance, screened and not adopted:
+`hac_better`). Rows go to runs/adapt_keep/rows.jsonl as each (task, seed) ends (a rerun
 resumes); the table of shares of the demonstrator's return is printed and, with
 --page, written.
 """
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import scipy.stats
 import torch
 
 from rbfm import EVAL_SEED
@@ -37,7 +39,8 @@ from external_nominal import stored_returns
 
 ROWS = Path("runs/adapt_keep/rows.jsonl")
 EPISODES = 20
-RULES = ("start", "best", "clear", "oracle")
+# "hac" last: each rule's bootstrap draws then stay those of the table without it.
+RULES = ("start", "best", "clear", "oracle", "hac")
 
 
 def run(tasks: list[str], seeds: int, budget: int) -> None:
@@ -88,8 +91,8 @@ def table(budget: int, alpha: float = AdaptConfig.alpha) -> str:
     rows = _read(budget)
     lines = [
         "| model | task | seeds | ER-FB (start) | best (keep=best) | kept (keep=clear) | "
-        "best candidate by return (oracle) | clear: start kept |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "best candidate by return (oracle) | kept (Newey-West test) | clear: start kept |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     pooled: dict[str, list[list[float]]] = {k: [] for k in RULES}
     for key in dict.fromkeys((r["model"], r["task"]) for r in rows):
@@ -110,7 +113,16 @@ def table(budget: int, alpha: float = AdaptConfig.alpha) -> str:
         else:
             cells = " | ".join(f"{iqm(np.concatenate(c)):.1f}" for c in pooled.values())
         lines.append(f"| pooled (IQM) | | {len(rows)} | {cells} | |")
-    return "\n".join(lines) + "\n\n" + limit_table(rows, alpha)
+    moves = []
+    for rule in ("best", "clear", "hac"):
+        deltas = [r["returns"][_pick(r, rule, alpha)] - r["returns"][0] for r in rows]
+        left = sum(_pick(r, rule, alpha) != 0 for r in rows)
+        moves.append(f"| {rule} | {left} | {sum(d > 0 for d in deltas)} | "
+                     f"{sum(d < 0 for d in deltas)} |")  # fmt: skip
+    counts = ("| rule | left the start | gained | lost |\n| --- | --- | --- | --- |\n"
+              + "\n".join(moves))  # fmt: skip
+    return ("\n".join(lines) + "\n\n" + limit_table(rows, alpha) + "\n\n" + counts + "\n\n"
+            + autocorrelation(rows))  # fmt: skip
 
 
 def limit_table(rows: list[dict], alpha: float) -> str:  # type: ignore[type-arg]
@@ -119,8 +131,9 @@ def limit_table(rows: list[dict], alpha: float) -> str:  # type: ignore[type-arg
     with its stratified-bootstrap 95% CI."""
     stored = stored_returns()
     lines = [
-        "| domain (tasks) | ER-FB (start) | best (keep=best) | kept (keep=clear) | oracle |",
-        "| --- | --- | --- | --- | --- |",
+        "| domain (tasks) | ER-FB (start) | best (keep=best) | kept (keep=clear) | oracle | "
+        "kept (Newey-West test) |",
+        "| --- | --- | --- | --- | --- | --- |",
     ]
     for domain in dict.fromkeys(r["task"].split(":")[0] for r in rows):
         tasks = list(dict.fromkeys(r["task"] for r in rows if r["task"].startswith(domain)))
@@ -140,12 +153,51 @@ def limit_table(rows: list[dict], alpha: float) -> str:  # type: ignore[type-arg
     return "\n".join(lines)
 
 
+def hac_better(candidate: list[float], start: list[float], alpha: float) -> bool:
+    """`clearly_better` with the mean gain's variance from Newey and West (Bartlett weights,
+    lag floor(4 (m / 100)^(2/9)), 2 for 10 blocks), for blocks correlated in time; the
+    plain test where that variance is not positive."""
+    cand, base = np.asarray(candidate, dtype=np.float64), np.asarray(start, dtype=np.float64)
+    both = np.isfinite(base)
+    if len(cand) != len(base) or not np.isfinite(cand).all() or both.sum() < 2:
+        return False
+    gain = base[both] - cand[both]
+    m = len(gain)
+    lag = int(4 * (m / 100) ** (2 / 9))
+    d = gain - gain.mean()
+    var = d @ d / m + sum(2 * (1 - k / (lag + 1)) * (d[k:] @ d[:-k]) / m for k in range(1, lag + 1))
+    if var <= 0:
+        return clearly_better(candidate, start, alpha)
+    t = gain.mean() / np.sqrt(var / m)
+    return bool(scipy.stats.t.sf(t, m - 1) < alpha)
+
+
+def autocorrelation(rows: list[dict]) -> str:  # type: ignore[type-arg]
+    """The lag-1 autocorrelation of the paired block gains (start minus the search's best)
+    over the searches whose best left the start: what `hac` corrects for."""
+    values = []
+    for r in rows:
+        b = r["best"][-1]
+        gain = np.asarray(r["blocks"][0], dtype=np.float64) - np.asarray(r["blocks"][b])
+        d = gain[np.isfinite(gain)] - gain[np.isfinite(gain)].mean()
+        if b and d @ d > 0:
+            values.append(float(d[1:] @ d[:-1] / (d @ d)))
+    if not values:
+        return ""
+    return (f"Lag-1 autocorrelation of the paired block gains over the {len(values)} searches "
+            f"whose best left the start: mean {np.mean(values):+.2f}, median "
+            f"{np.median(values):+.2f}, positive in {sum(v > 0 for v in values)}.")  # fmt: skip
+
+
 def _pick(row: dict, rule: str, alpha: float) -> int:  # type: ignore[type-arg]
     """The candidate each rule keeps: the start, the search's best, the best only when
-    clearly better, or the best by return (the oracle)."""
+    clearly better (by the plain or the Newey-West test), or the best by return (the
+    oracle)."""
     b = row["best"][-1]
     if rule == "clear":
         return b if clearly_better(row["blocks"][b], row["blocks"][0], alpha) else 0
+    if rule == "hac":
+        return b if hac_better(row["blocks"][b], row["blocks"][0], alpha) else 0
     return {"start": 0, "best": b, "oracle": int(np.argmax(row["returns"]))}[rule]
 
 
