@@ -67,7 +67,8 @@ main() {
         [adapt-independent]=rnd:fbil [adapt-cone-walker-rand-ctx]=rnd-rand-ctx:fbil
         [adapt-cone-quadruped-rand-ctx]=rnd-rand-ctx:fbil [external-cheetah]=rnd:fbil
         [external-walker]=rnd:fbil [external-quadruped]=rnd:fbil [q1-walker]=rnd:fbil
-        [external-walker-default]=rnd:fbil [adapt-walker-default]=rnd:fbil)
+        [external-walker-default]=rnd:fbil [adapt-walker-default]=rnd:fbil
+        [grid-walker-default]=rnd:fbil)
     # A stage that plans no ceiling reads the planner's from the stage that did, in the same
     # cells (the planner inside the simulator does not depend on the imitating model).
     declare -A ceilings=([external-walker-default]=external-walker)
