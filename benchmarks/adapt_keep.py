@@ -34,7 +34,7 @@ from rbfm.inference.adapt import AdaptConfig, adapt, clearly_better
 from rbfm.inference.expert_demos import warm_start
 
 sys.path.insert(0, str(Path(__file__).parent))
-from external_files import demonstrated
+from external_files import demonstrated, write_page
 from external_nominal import stored_returns
 
 ROWS = Path("runs/adapt_keep/rows.jsonl")
@@ -222,17 +222,18 @@ def main() -> None:
     text = table(args.budget)
     print(text)
     if args.page:
-        args.page.parent.mkdir(parents=True, exist_ok=True)
-        args.page.write_text(
-            "# What adaptation keeps: the tables\n\n"
-            f"Made by `python benchmarks/adapt_keep.py {' '.join(sys.argv[1:])}` from "
-            f"`{ROWS}`. ER-FB's z from 4 of the planner's episodes per seed, adapted with "
-            f"{args.budget} reward-free episodes at nominal physics (B-distance criterion); every "
+        write_page(
+            args.page,
+            "What adaptation keeps: the tables",
+            ROWS,
+            f"ER-FB's z from 4 of the planner's episodes per seed, adapted with {args.budget} "
+            "reward-free episodes at nominal physics (B-distance criterion); every "
             "candidate evaluated on the 20 initial states of "
             "`benchmarks/external_nominal.py`. Per task: the mean over seeds of each "
             "rule's share (%) of the demonstrator's return; `clear: start kept`: the seeds "
             "on which `keep=\"clear\"` kept ER-FB's z. Per domain: each rule's return over "
-            "the stored z's (the model given the task's reward).\n\n" + text + "\n"
+            "the stored z's (the model given the task's reward).",
+            text,
         )
 
 

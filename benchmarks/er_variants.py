@@ -61,7 +61,7 @@ from rbfm.inference import Demos, load_demos
 from rbfm.inference.expert_demos import demo_embedding, warm_start
 
 sys.path.insert(0, str(Path(__file__).parent))
-from external_files import demonstrated
+from external_files import demonstrated, write_page
 
 ROWS = Path("runs/er_variants/rows.csv")
 HEADER = ["domain", "task", "seed", "variant", "return", "share", "cosine_stored", "info",
@@ -282,15 +282,16 @@ def main() -> None:
         text = table([v for v in args.variants if v != "stored"])
         print(text)
         if args.page:
-            args.page.parent.mkdir(parents=True, exist_ok=True)
-            args.page.write_text(
-                "# ER-FB's variants against a reference sample: the table\n\n"
-                f"Made by `python benchmarks/er_variants.py {' '.join(sys.argv[1:])}` from "
-                f"`{ROWS}`. Per model, reference sample rho' and domain: each variant's IQM "
-                "over (seed, task) of its share (%) of the planner's return on the seed's 4 "
+            write_page(
+                args.page,
+                "ER-FB's variants against a reference sample: the table",
+                ROWS,
+                "Per model, reference sample rho' and domain: each variant's IQM over (seed, "
+                "task) of its share (%) of the planner's return on the seed's 4 "
                 "demonstrations, then of its return over the stored z's (the model given the "
                 "task's reward), with rliable's stratified-bootstrap 95% CIs; 20 evaluation "
-                "episodes per (seed, task), nominal physics.\n\n" + text + "\n"
+                "episodes per (seed, task), nominal physics.",
+                text,
             )
         return
     for domain, root in datasets.items():

@@ -5,6 +5,7 @@ planner_size.py; nothing to run."""
 from __future__ import annotations
 
 import csv
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,3 +42,11 @@ def model_rows(path: Path) -> list[dict[str, str]]:
     for r in rows:
         r["model"] = legacy.get(r["model"], r["model"])
     return rows
+
+
+def write_page(page: Path, title: str, rows: Path, about: str, text: str) -> None:
+    """A benchmark's table as a page: its title, the command that made it (this process's),
+    the rows it was read from, what it measures, then the table."""
+    page.parent.mkdir(parents=True, exist_ok=True)
+    command = " ".join(["python", *sys.argv])
+    page.write_text(f"# {title}\n\nMade by `{command}` from `{rows}`. {about}\n\n{text}\n")
