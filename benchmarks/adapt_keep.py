@@ -115,8 +115,9 @@ def table(budget: int, alpha: float = AdaptConfig.alpha) -> str:
         lines.append(f"| pooled (IQM) | | {len(rows)} | {cells} | |")
     moves = []
     for rule in ("best", "clear", "hac"):
-        deltas = [r["returns"][_pick(r, rule, alpha)] - r["returns"][0] for r in rows]
-        left = sum(_pick(r, rule, alpha) != 0 for r in rows)
+        picks = [_pick(r, rule, alpha) for r in rows]
+        deltas = [r["returns"][k] - r["returns"][0] for r, k in zip(rows, picks, strict=True)]
+        left = sum(k != 0 for k in picks)
         moves.append(f"| {rule} | {left} | {sum(d > 0 for d in deltas)} | "
                      f"{sum(d < 0 for d in deltas)} |")  # fmt: skip
     counts = ("| rule | left the start | gained | lost |\n| --- | --- | --- | --- |\n"
@@ -179,7 +180,8 @@ def autocorrelation(rows: list[dict]) -> str:  # type: ignore[type-arg]
     for r in rows:
         b = r["best"][-1]
         gain = np.asarray(r["blocks"][0], dtype=np.float64) - np.asarray(r["blocks"][b])
-        d = gain[np.isfinite(gain)] - gain[np.isfinite(gain)].mean()
+        gain = gain[np.isfinite(gain)]
+        d = gain - gain.mean()
         if b and d @ d > 0:
             values.append(float(d[1:] @ d[:-1] / (d @ d)))
     if not values:
