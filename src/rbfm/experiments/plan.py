@@ -339,12 +339,16 @@ def _variants(entry: MethodEntry, domain: str, where: str) -> list[Variant]:
                 full = dataclasses.asdict(goal_config(overrides))
                 cfg = {k: v for k, v in full.items() if (k, v) != ("index", "time")}
             else:
-                cfg = dataclasses.asdict(method_config(entry.name, entry.settings, **overrides))
+                full = dataclasses.asdict(method_config(entry.name, entry.settings, **overrides))
+                # ER-FB's whitening (off by default) likewise: its cells keep their ids.
+                cfg = {k: v for k, v in full.items() if (k, v) != ("whiten", False)}
         except ConfigError as e:
             raise ConfigError(f"{where}: {e}") from e
         label = "" if eps is None or len(entry.eps) == 1 else f"eps={eps:g}"
         if cfg.get("index", "time") != "time":  # goal by state: its rows apart from by time
             label = f"index={cfg['index']}"
+        if cfg.get("whiten"):
+            label = "whiten"
         if entry.settings != "default":
             label = ",".join(x for x in (entry.settings, label) if x)
         used = cfg.get("eps")

@@ -39,6 +39,7 @@ from rbfm.envs import DOMAINS, get_domain
 from rbfm.errors import ConfigError, RbfmError
 from rbfm.fb.config import FBConfig
 from rbfm.fb.model import FBModel
+from rbfm.fb.moment import read_moment
 
 FORMAT = "rbfm-fb"
 VERSION = 1
@@ -457,6 +458,11 @@ def load_checkpoint(
             + ", ".join(f"{k} {found.get(k)} vs expected {expected.get(k)}" for k in wrong[:5])
         )
     model.load_state_dict(state)
+    if "b_moment" in meta:
+        try:
+            model.b_moment = read_moment(meta["b_moment"], model.cfg.z_dim)
+        except ValueError as e:
+            raise CheckpointError(f"{beside(stem, '.json')}: {e}") from None
     return model.to(pick_device(device)).eval(), meta
 
 

@@ -58,6 +58,9 @@ class FBModel(nn.Module):
         self.actor = Actor(sizes, cfg.actor_hidden)
         self.target_forward_map = copy.deepcopy(self.forward_map).requires_grad_(False)
         self.target_backward_map = copy.deepcopy(self.backward_map).requires_grad_(False)
+        # E_rho[B B^T] of the training states, where the description stores it
+        # (`rbfm.fb.moment`): not a weight, so the weights' file and hash stay the model's.
+        self.b_moment: torch.Tensor | None = None
 
     @torch.no_grad()
     def set_obs_stats(self, mean: torch.Tensor, std: torch.Tensor) -> None:

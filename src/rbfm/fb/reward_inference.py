@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from copy import deepcopy
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from rbfm.fb.checkpoint import (
     training_data,
 )
 from rbfm.fb.model import FBModel
+from rbfm.fb.moment import moment_record
 
 
 def labelled_states(
@@ -68,7 +70,9 @@ def export_with_task_z(
     """Copies a checkpoint (e.g. a run's best) to the stem `out`, every task's
     reward-inferred z in its description: the stored ones when it has them (its
     selection's), else inferred now from `dataset` (seed 1). `dataset` also names the
-    model's data, whatever path the run recorded; `fp16` halves the file."""
+    model's data, whatever path the run recorded; `fp16` halves the file. Where the data
+    is on the machine (`dataset`, or the path the run recorded) the description also
+    stores E_rho[B B^T] (`rbfm.fb.moment`), computed from the weights as stored."""
     data = None if dataset is None else dataset_name(find_buffer(Path(dataset)))
     model, meta = load_checkpoint(checkpoint)
     source = None if "task_z" in meta else dataset
@@ -81,4 +85,29 @@ def export_with_task_z(
     }
     if data is not None:
         extra["dataset"] = {"name": data}
-    return export_checkpoint(checkpoint, out, extra, torch.float16 if fp16 else None)
+    dtype = torch.float16 if fp16 else None
+    path = _data_here(meta, dataset)
+    if path is not None:
+        # The moment of the model that loads from the export: its weights after rounding.
+        exported = model if dtype is None else _rounded(model, dtype)
+        extra["b_moment"] = moment_record(exported, load_dataset(path, str(meta["domain"])))
+    return export_checkpoint(checkpoint, out, extra, dtype)
+
+
+def _rounded(model: FBModel, dtype: torch.dtype) -> FBModel:
+    """A copy whose floating-point tensors went through `dtype` and back, as a file
+    stored in `dtype` loads."""
+    copy = deepcopy(model)
+    with torch.no_grad():
+        for t in copy.state_dict().values():
+            if t.is_floating_point():
+                t.copy_(t.to(dtype))
+    return copy
+
+
+def _data_here(meta: dict[str, Any], given: str | None) -> str | None:
+    """The model's data if it is on this machine: `given`, else the path the run recorded."""
+    if given is not None:
+        return given
+    path = meta.get("dataset", {}).get("path")
+    return str(path) if path is not None and Path(path).exists() else None

@@ -7,6 +7,10 @@ demonstrated states, projected onto the sqrt(d) sphere.
 It reads no action, so a demonstrator whose actions no pi_z takes (a planner, a person)
 costs it nothing that behavioural cloning pays. Over uniform-length episodes it is FB-IL's
 warm start z_w.
+
+E_rho[r B] is the least-squares z of B^T z ~ r only where E_rho[B B^T] = I. `whiten=True`
+drops that assumption: z = E_rho[B B^T]^{-1} E_{d_E}[B], projected, with the moment the
+model's description stores (`rbfm.fb.moment`; `rbfm export --dataset` records it).
 """
 
 from __future__ import annotations
@@ -17,25 +21,57 @@ from dataclasses import dataclass
 import torch
 
 from rbfm.data.demos import Demos
+from rbfm.errors import ConfigError
+from rbfm.fb.checkpoint import CheckpointError, installed_models, model_name, read_meta
 from rbfm.fb.model import FBModel
+from rbfm.fb.moment import whiten
+from rbfm.fb.networks import project
 from rbfm.inference.common import InferenceResult
-from rbfm.inference.expert_demos import warm_start
+from rbfm.inference.expert_demos import demo_embedding, warm_start
 
 
 @dataclass(frozen=True)
 class ERConfig:
-    """Closed form: nothing to set."""
+    """Closed form. whiten: solve against the model's stored E_rho[B B^T]."""
+
+    whiten: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.whiten, bool):
+            raise ConfigError(f"er.whiten: {self.whiten!r} is not true or false")
 
 
 def infer(
     model: FBModel, demos: Demos, cfg: ERConfig, seed: int = 0, progress: bool = False
 ) -> InferenceResult:
     """z from the demonstrated states alone (episodes weighted equally)."""
-    del cfg, seed, progress  # closed form, deterministic
+    del seed, progress  # closed form, deterministic
+    if cfg.whiten and model.b_moment is None:
+        raise ConfigError(
+            "er: whiten=True needs E_rho[B B^T] of the model's training states, which its "
+            "description does not store; `rbfm export --checkpoint MODEL --dataset ITS_DATA "
+            f"--out STEM` records it. Models that store it: {', '.join(moment_models()) or 'none'}"
+        )
     started = time.perf_counter()
-    z = warm_start(model, demos)
+    if cfg.whiten:
+        assert model.b_moment is not None
+        z = project(whiten(model.b_moment, demo_embedding(model, demos)), model.radius)
+    else:
+        z = warm_start(model, demos)
     if not torch.isfinite(z).all():
         raise FloatingPointError("er: the task vector is not finite; nothing written")
     result = InferenceResult("er", z, objective=0.0, converged=True)
     result.seconds = result.setup_seconds = time.perf_counter() - started
     return result
+
+
+def moment_models() -> list[str]:
+    """The installed models whose description stores E_rho[B B^T] (a broken one does not)."""
+    found = []
+    for stem, path in installed_models().items():
+        try:
+            if "b_moment" in read_meta(path):
+                found.append(model_name(stem))
+        except CheckpointError:
+            continue
+    return found
