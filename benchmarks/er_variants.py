@@ -56,6 +56,7 @@ from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy
 from rbfm.evaluation.aggregate import stratified_iqm
 from rbfm.fb.checkpoint import load_checkpoint
 from rbfm.fb.model import FBModel
+from rbfm.fb.moment import whiten
 from rbfm.fb.networks import project
 from rbfm.inference import Demos, load_demos
 from rbfm.inference.expert_demos import demo_embedding, warm_start
@@ -92,12 +93,10 @@ def from_dataset(path: str, domain: str) -> torch.Tensor:
 
 
 def whitened(model: FBModel, demos: Demos, b_rho: torch.Tensor) -> torch.Tensor:
-    """E_rho'[B B^T]^{-1} mean_demos B, projected (a ridge of 1e-6 of the mean eigenvalue
-    keeps the solve defined)."""
-    cov = b_rho.T.double() @ b_rho.double() / len(b_rho)
-    cov += 1e-6 * torch.trace(cov) / len(cov) * torch.eye(len(cov), dtype=cov.dtype)
-    w = torch.linalg.solve(cov, demo_embedding(model, demos).double())
-    return project(w.float(), model.radius)
+    """E_rho'[B B^T]^{-1} mean_demos B, projected: `er`'s whiten=True with the moment of
+    the sample rho' (`rbfm.fb.moment.whiten`, its ridge included)."""
+    moment = b_rho.T.double() @ b_rho.double() / len(b_rho)
+    return project(whiten(moment, demo_embedding(model, demos)), model.radius)
 
 
 def rer(

@@ -82,6 +82,16 @@ def test_whiten_without_a_stored_moment_is_refused(model: FBModel, demos: Demos)
         infer(model, demos, "er", whiten="yes")
 
 
+def test_the_refusal_names_the_shipped_model_that_stores_it(model: FBModel, demos: Demos) -> None:
+    with pytest.raises(ConfigError, match=r"Models that store it: .*cheetah:rnd-v1"):
+        infer(model, demos, "er", whiten=True)
+    shipped, _ = load_checkpoint("cheetah:rnd-v1")
+    assert shipped.b_moment is not None
+    eig = torch.linalg.eigvalsh(shipped.b_moment)
+    assert 0.5 < float(eig.min()) < float(eig.max()) < 2.0  # near orthonormal, not exactly
+    assert infer(shipped, demos, "er", whiten=True).z.isfinite().all()
+
+
 def _run_with_data(tmp_path: Path) -> tuple[Path, Path]:
     buffer = tmp_path / "data" / "cheetah" / "rnd" / "buffer"
     buffer.mkdir(parents=True)

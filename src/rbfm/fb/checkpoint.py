@@ -66,7 +66,7 @@ MODELS: dict[str, tuple[float, str | None, str | None]] = {
     "cheetah_rnd-rand-ctx": (4.6, None, "533.3 mean"),
     "cheetah_rnd-rand-ctx-paper": (35.0, "605.5", None),
     "cheetah_rnd-rand-paper": (32.6, "410.1", None),
-    "cheetah_rnd-v1": (3.4, "285.8", None),
+    "cheetah_rnd-v1": (3.5, "285.8", None),
     "quadruped_rnd": (33.4, "651.9", None),
     "quadruped_rnd-rand": (3.8, None, "121.8 mean"),
     "quadruped_rnd-rand-ctx": (8.3, None, "149.6 mean"),
