@@ -236,7 +236,7 @@ def test_a_goal_file_round_trips_and_evaluates_as_the_imitation(
     assert "--set lookahead: given more than once" in capsys.readouterr().err
     er = [*infer[:-2], "--method", "er", "--set", "steps=5", "--out", str(out)]
     assert main(er) == 2
-    assert "er: no field steps (it takes none)" in capsys.readouterr().err
+    assert "er: no field steps (valid: whiten)" in capsys.readouterr().err
     fbil = [*infer[:-2], "--method", "fbil", "--set", "bf16=yes", "--out", str(out)]
     assert main(fbil) == 2
     assert "FBILConfig bf16: 'yes' is not true or false" in capsys.readouterr().err

@@ -20,8 +20,9 @@ def known_fields(cls: type, given: Mapping[str, Any], owner: str) -> None:
     TypeError from its constructor names neither the method nor what it takes)."""
     valid = sorted(f.name for f in dataclasses.fields(cls))
     if unknown := sorted(set(given) - set(valid)):
-        takes = f"valid: {', '.join(valid)}" if valid else "it takes none"
-        raise ConfigError(f"{owner}: no field {', '.join(unknown)} ({takes})")
+        raise ConfigError(
+            f"{owner}: no field {', '.join(unknown)} (valid: {', '.join(valid) or 'none'})"
+        )
 
 
 def in_range(
