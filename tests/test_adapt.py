@@ -255,3 +255,18 @@ def test_a_block_too_long_for_the_paired_test_is_refused_before_any_episode(
     # 600 steps leave one block per 1000-step episode: `keep="clear"` could never leave z0.
     with pytest.raises(ConfigError, match=r"block: 600 steps leave 1 block\(s\) .*1\.\.500"):
         adapt(model, demos, z0, ENV, AdaptConfig(budget=1, block=600), seed=0)
+
+
+def test_a_start_z_or_demonstrations_that_are_not_finite_are_refused_before_any_episode(
+    model: FBModel, demos: Demos, z0: torch.Tensor
+) -> None:
+    engine = _Counting()
+    with pytest.raises(ConfigError, match="problem 0's start z is not finite"):
+        adapt(model, demos, z0 * math.nan, ENV, AdaptConfig(budget=1), engine=engine)
+    obs = [o * np.float32(1e30) for o in demos.observations()]
+    far = Demos.from_arrays(
+        "cheetah", "run", obs, np.split(demos.action, np.cumsum(demos.lengths)[:-1])
+    )
+    with pytest.raises(ConfigError, match="B of episode 0's states is not finite"):
+        adapt(model, far, z0, ENV, AdaptConfig(budget=1), engine=engine)
+    assert engine.seeds == []

@@ -236,6 +236,10 @@ def test_what_would_turn_into_nan_or_a_silent_zero_is_refused(
         rbfm.evaluate(rbfm.imitate(demos, "er", model), episodes=2.5)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"adapt.seed: -3 is out of range"):
         rbfm.adapt(rbfm.imitate(demos, "er", model), demos, episodes=1, seed=-3)
+    with pytest.raises(ConfigError, match=r"adapt.episodes: 0 is out of range"):
+        rbfm.adapt(rbfm.imitate(demos, "er", model), demos, episodes=0)
+    with pytest.raises(ConfigError, match="adapt: demos is a list; pass a Demos"):
+        rbfm.adapt(rbfm.imitate(demos, "er", model), [demos])  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="device 'xyz' \\(valid: cpu, cuda, cuda:N\\)"):
         pick_device("xyz")
     with pytest.raises(CheckpointError, match="an empty model name"):

@@ -167,6 +167,9 @@ def test_first_hour_mistakes_are_clean_errors(
     demos = ["demos", "--checkpoint", "cheetah", "--task", "run", "--out", str(tmp_path / "d")]
     assert main([*demos, "--episodes", "0"]) == 2
     assert "--episodes: 0 is out of range (valid: >= 1)" in capsys.readouterr().err
+    adapt = ["adapt", "--demos", "d.npz", "--z", "z.json", "--out", str(tmp_path / "a.json")]
+    assert main([*adapt, "--episodes", "0"]) == 2  # named as typed, not as the config's field
+    assert "--episodes: 0 is out of range (valid: >= 1)" in capsys.readouterr().err
     assert main(["zero-shot", "--checkpoint", "cheeta"]) == 2
     err = capsys.readouterr().err  # every shipped model, named as --checkpoint takes it
     assert "shipped model: cheetah, cheetah:cpu, cheetah:rnd-nominal-paper, " in err

@@ -14,7 +14,7 @@ from conftest import fake_episode
 from rbfm.data.demos import Demos
 from rbfm.data.exorl import write_episode
 from rbfm.envs import TASKS
-from rbfm.errors import ConfigError
+from rbfm.errors import ConfigError, DatasetError
 from rbfm.fb import FBModel, fb_config
 from rbfm.fb.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from rbfm.fb.moment import MOMENT_STATES, b_moment, read_moment, whiten
@@ -137,6 +137,17 @@ def test_export_without_the_data_stores_no_moment(tmp_path: Path) -> None:
     assert "b_moment" not in meta and model.b_moment is None
 
 
+def test_export_refuses_data_too_small_for_the_moment_before_writing(tmp_path: Path) -> None:
+    best, buffer = _run_with_data(tmp_path)
+    for f in buffer.iterdir():
+        f.unlink()
+    write_episode(buffer, 0, fake_episode("cheetah", 20, np.random.default_rng(1)))
+    out = tmp_path / "ship" / "cheetah_x"
+    with pytest.raises(DatasetError, match=r"19 transitions; E_rho\[B B\^T\] needs at least 80"):
+        export_with_task_z(str(best), str(out))
+    assert not out.parent.exists() or not any(out.parent.iterdir())
+
+
 @pytest.mark.parametrize(
     ("matrix", "message"),
     [
@@ -145,6 +156,10 @@ def test_export_without_the_data_stores_no_moment(tmp_path: Path) -> None:
         (np.where(np.eye(8) > 0, np.nan, 0.0).tolist(), "not finite"),
         ((np.eye(8) + np.triu(np.ones((8, 8)), 1)).tolist(), "not symmetric"),
         ((-np.eye(8)).tolist(), "not positive definite"),
+        (np.where(np.eye(8) > 0, "1", "0").tolist(), "not a matrix of numbers"),
+        (np.eye(8, dtype=bool).tolist(), "not a matrix of numbers"),
+        # float32 would round it to inf, or a whitened z to 0
+        ((1e300 * np.eye(8)).tolist(), "beyond float32's range"),
     ],
 )
 def test_a_broken_stored_moment_is_refused_naming_the_file(

@@ -52,6 +52,21 @@ def test_er_is_the_mean_embedding_of_the_demonstrated_states(model: FBModel, dem
     assert torch.equal(result.z, warm_start(model, demos)) and result.converged
 
 
+@pytest.mark.parametrize("method", ["er", "fm", "goal"])
+def test_states_beyond_what_b_embeds_are_refused_before_inference(
+    model: FBModel, demos: Demos, method: str
+) -> None:
+    # Finite in float32, so the file is valid; B of them overflows, which would reach z.
+    obs = [o * np.float32(1e30) for o in demos.observations()]
+    actions = np.split(demos.action, np.cumsum(demos.lengths)[:-1])
+    far = Demos.from_arrays("cheetah", "run", obs, actions)
+    with pytest.raises(ConfigError, match=r"B of episode 0's states is not finite"):
+        if method == "goal":
+            infer_sequences(model, far, GoalConfig())
+        else:
+            infer(model, far, method)
+
+
 def test_discounted_targets_are_the_truncated_discounted_sums() -> None:
     b = torch.randn(30, 4, dtype=torch.float64)
     e = discounted_targets(b, 0.9, 7)

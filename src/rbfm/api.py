@@ -252,8 +252,13 @@ def adapt(
     from rbfm.inference.adapt import adapt as adapt_z
     from rbfm.policy_files import adaptation_record, check_adapt_task
 
-    seed = _plain(seed)
+    if not isinstance(demos, Demos):
+        raise ConfigError(
+            f"adapt: demos is a {type(demos).__name__}; pass a Demos (rbfm.load_demos(path))"
+        )
+    episodes, seed = _plain(episodes), _plain(seed)
     in_range("adapt", "seed", seed, 0, integer=True)
+    in_range("adapt", "episodes", episodes, 1, integer=True)
     if not isinstance(imitation, Imitation):
         imitation = load_imitation(imitation)
     if imitation.z is None or imitation.model is None:

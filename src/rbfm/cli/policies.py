@@ -102,7 +102,7 @@ def infer(args: argparse.Namespace) -> None:
     z=Use(REQUIRED, "task-vector file from `rbfm infer`", extra={"nargs": None}),
     perturbation=Use(None, listed("family of the deployed environment", "families")),
     level=None,
-    episodes=Use(AdaptConfig.budget, "episode budget"),
+    episodes=Use(AdaptConfig.budget, "episode budget", check="count"),
     num_demos=4,
     seed=Use(0, "which demos are drawn; adaptation seed"),
     device=None,

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from rbfm.data import Dataset
+from rbfm.errors import DatasetError
 from rbfm.fb.model import FBModel
 
 # States drawn uniformly (seed 0) from the data; 100,000 puts the estimate's relative
@@ -25,6 +26,8 @@ from rbfm.fb.model import FBModel
 MOMENT_STATES = 100_000
 # A solve against the moment adds this share of its mean eigenvalue to the diagonal.
 RIDGE = 1e-6
+# The fewest states per dimension of z a moment is computed from.
+MIN_STATES_PER_DIM = 10
 _CHUNK = 8192
 
 
@@ -40,15 +43,32 @@ def b_moment(model: FBModel, obs: torch.Tensor) -> torch.Tensor:
     return total / len(obs)
 
 
+def check_states(available: int, z_dim: int, where: str) -> None:
+    """Refuses data too small for the moment: below MIN_STATES_PER_DIM x z_dim states its
+    smallest eigenvalues are mostly sampling noise, and below z_dim it is singular."""
+    needed = MIN_STATES_PER_DIM * z_dim
+    if available < needed:
+        raise DatasetError(
+            f"{where}: {available} transitions; E_rho[B B^T] needs at least {needed} "
+            f"({MIN_STATES_PER_DIM} x the model's z_dim {z_dim})"
+        )
+
+
 def moment_record(model: FBModel, data: Dataset, seed: int = 0) -> dict[str, Any]:
     """What a model's description stores: the moment over min(MOMENT_STATES, len(data))
-    next states of `data` drawn uniformly from `seed`."""
+    next states of `data` drawn uniformly from `seed`, checked as `read_moment` reads it."""
+    check_states(len(data), model.cfg.z_dim, "the model's data")
     n = min(MOMENT_STATES, len(data))
     obs = torch.as_tensor(data.subsample(n, seed).next_observation, dtype=torch.float32)
     moment = b_moment(model, obs)
     if not torch.isfinite(moment).all():
         raise FloatingPointError("E_rho[B B^T] is not finite: B is not finite on the data")
-    return {"states": n, "seed": seed, "matrix": moment.float().tolist()}
+    record = {"states": n, "seed": seed, "matrix": moment.float().tolist()}
+    try:
+        read_moment(record, model.cfg.z_dim)
+    except ValueError as e:
+        raise DatasetError(f"E_rho[B B^T] over {n} states of the data: {e}") from None
+    return record
 
 
 def read_moment(record: Any, z_dim: int) -> torch.Tensor:
@@ -57,13 +77,18 @@ def read_moment(record: Any, z_dim: int) -> torch.Tensor:
     if not isinstance(record, dict) or "matrix" not in record:
         raise ValueError("b_moment: expected an object with a 'matrix'")
     try:
-        m = torch.as_tensor(np.asarray(record["matrix"], dtype=np.float64))
+        raw = np.asarray(record["matrix"])
     except (TypeError, ValueError):
         raise ValueError("b_moment.matrix: not a matrix of numbers") from None
+    if raw.dtype.kind not in "iuf":  # strings, booleans, ragged rows (objects)
+        raise ValueError("b_moment.matrix: not a matrix of numbers")
+    m = torch.as_tensor(raw.astype(np.float64))
     if m.shape != (z_dim, z_dim):
         raise ValueError(f"b_moment.matrix: shape {tuple(m.shape)}, the model's z is {z_dim} wide")
     if not torch.isfinite(m).all():
         raise ValueError("b_moment.matrix: holds a value that is not finite")
+    if float(m.abs().max()) > float(np.finfo(np.float32).max):  # export stores float32
+        raise ValueError("b_moment.matrix: holds a value beyond float32's range")
     # Stored in float32: symmetric to its rounding.
     if not torch.allclose(m, m.T, rtol=1e-5, atol=1e-6 * float(m.abs().max())):
         raise ValueError("b_moment.matrix: not symmetric")

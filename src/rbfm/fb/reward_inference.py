@@ -19,7 +19,7 @@ from rbfm.fb.checkpoint import (
     training_data,
 )
 from rbfm.fb.model import FBModel
-from rbfm.fb.moment import moment_record
+from rbfm.fb.moment import check_states, moment_record
 
 
 def labelled_states(
@@ -75,6 +75,11 @@ def export_with_task_z(
     stores E_rho[B B^T] (`rbfm.fb.moment`), computed from the weights as stored."""
     data = None if dataset is None else dataset_name(find_buffer(Path(dataset)))
     model, meta = load_checkpoint(checkpoint)
+    path = _data_here(meta, dataset)
+    # Read and checked before any z or moment is computed.
+    states = None if path is None else load_dataset(path, str(meta["domain"]))
+    if states is not None:
+        check_states(len(states), model.cfg.z_dim, f"dataset {path}")
     source = None if "task_z" in meta else dataset
     task_z, _ = task_vectors(model, meta, list(TASKS[meta["domain"]]), checkpoint, source, 1)
     # A relative path as given, else its last part: no machine's absolute paths.
@@ -86,11 +91,10 @@ def export_with_task_z(
     if data is not None:
         extra["dataset"] = {"name": data}
     dtype = torch.float16 if fp16 else None
-    path = _data_here(meta, dataset)
-    if path is not None:
+    if states is not None:
         # The moment of the model that loads from the export: its weights after rounding.
         exported = model if dtype is None else _rounded(model, dtype)
-        extra["b_moment"] = moment_record(exported, load_dataset(path, str(meta["domain"])))
+        extra["b_moment"] = moment_record(exported, states)
     return export_checkpoint(checkpoint, out, extra, dtype)
 
 

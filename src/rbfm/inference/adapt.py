@@ -247,6 +247,10 @@ def adapt_many(
     if others:
         raise ConfigError(f"adapt: one call adapts one domain's problems ({domain}, not {others})")
     _check_model(model, domain)
+    for i, p in enumerate(problems):
+        if not (torch.isfinite(p.z).all() and torch.isfinite(p.target).all()):
+            what = "start z" if not torch.isfinite(p.z).all() else "demonstrations' mean B"
+            raise ConfigError(f"adapt: problem {i}'s {what} is not finite; no episode run")
     length = get_domain(domain).episode_length
     if cfg.keep == "clear" and length // cfg.block < 2:
         raise ConfigError(

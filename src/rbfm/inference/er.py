@@ -60,6 +60,8 @@ def infer(
         z = warm_start(model, demos)
     if not torch.isfinite(z).all():
         raise FloatingPointError("er: the task vector is not finite; nothing written")
+    if not bool(z.any()):  # a mean B of 0, or one the solve rounded to 0 in float32
+        raise FloatingPointError("er: the task vector is 0 (no direction); nothing written")
     result = InferenceResult("er", z, objective=0.0, converged=True)
     result.seconds = result.setup_seconds = time.perf_counter() - started
     return result

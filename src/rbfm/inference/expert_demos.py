@@ -115,15 +115,26 @@ class _BatchNoise(Wrapper):
         return np.clip(a + self.std * self.rng.standard_normal(a.shape), -1.0, 1.0)
 
 
-def demo_embedding(model: FBModel, demos: Demos) -> torch.Tensor:
-    """Mean over episodes of mean_t B(s_{t+1}): the demonstrations' states in B's space."""
+def demo_features(model: FBModel, states: np.ndarray, episode: int) -> torch.Tensor:
+    """B of one demonstration's states, refused if not finite: observations the data's
+    range never reached (finite, but far beyond it) can overflow B, and a NaN there would
+    reach every z and score computed from it."""
     device = next(model.parameters()).device
     with torch.no_grad():
-        per_episode = [
-            model.backward_map(torch.as_tensor(s, device=device)).mean(0)
-            for s in demos.next_states()
-        ]
-        return torch.stack(per_episode).mean(0)
+        b = model.backward_map(torch.as_tensor(states, device=device))
+    if not torch.isfinite(b).all():
+        raise ConfigError(
+            f"demonstrations: B of episode {episode}'s states is not finite (observations up "
+            f"to {float(np.abs(states).max()):.3g} in magnitude, beyond what the model embeds); "
+            "nothing inferred"
+        )
+    return b
+
+
+def demo_embedding(model: FBModel, demos: Demos) -> torch.Tensor:
+    """Mean over episodes of mean_t B(s_{t+1}): the demonstrations' states in B's space."""
+    per_episode = [demo_features(model, s, i).mean(0) for i, s in enumerate(demos.next_states())]
+    return torch.stack(per_episode).mean(0)
 
 
 def warm_start(model: FBModel, demos: Demos) -> torch.Tensor:

@@ -37,7 +37,7 @@ from rbfm.data.demos import Demos
 from rbfm.errors import DatasetError
 from rbfm.fb.model import FBModel
 from rbfm.inference.common import InferenceResult
-from rbfm.inference.expert_demos import warm_start
+from rbfm.inference.expert_demos import demo_features, warm_start
 from rbfm.robust.duals import light_objective
 
 
@@ -104,9 +104,9 @@ def starts_and_targets(
     steps = horizon(model.cfg.gamma, cfg.coverage)
     starts, targets = [], []
     with torch.no_grad():
-        for episode in demos.observations():
+        for i, episode in enumerate(demos.observations()):
             obs = torch.as_tensor(episode, device=device)
-            e = discounted_targets(model.backward_map(obs[1:]), model.cfg.gamma, steps)
+            e = discounted_targets(demo_features(model, episode[1:], i), model.cfg.gamma, steps)
             starts.append(obs[: len(e)])
             targets.append(e)
     obs, target = torch.cat(starts), torch.cat(targets)

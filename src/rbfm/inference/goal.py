@@ -36,6 +36,7 @@ from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError, DatasetError
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
+from rbfm.inference.expert_demos import demo_features
 
 INDEXES = ("time", "state")  # which z_t a step tracks (the module's docstring)
 
@@ -95,11 +96,10 @@ def infer_sequences(model: FBModel, demos: Demos, cfg: GoalConfig) -> GoalSequen
             "goal: models with a context are not supported (the actor reads a window)"
         )
     started = time.perf_counter()
-    device = next(model.parameters()).device
     seqs, starts, keys = [], [], []
     with torch.no_grad():
-        for episode in demos.observations():
-            b = model.backward_map(torch.as_tensor(episode, device=device))
+        for i, episode in enumerate(demos.observations()):
+            b = demo_features(model, episode, i)
             seqs.append(lookahead_goals(b[1:], cfg.lookahead, model.radius))
             starts.append(b[0])
             if cfg.index == "state":
