@@ -185,6 +185,9 @@ def test_unknown_domain(tmp_path: Path) -> None:
     with pytest.raises(DatasetError, match="cannot tell the domain"):
         load_dataset(odd)
     assert load_dataset(odd, domain="cheetah").num_episodes == 1
+    # A domain asked for that the path contradicts: refused before any episode is read.
+    with pytest.raises(DatasetError, match="the path names cheetah, not walker"):
+        load_dataset(buffer, domain="walker")
 
 
 def test_packed_episodes_unpack_to_the_same_files_with_only_the_halved_keys_rounded(

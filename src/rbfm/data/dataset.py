@@ -161,12 +161,16 @@ def find_buffer(path: Path) -> Path:
 
 
 def infer_domain(buffer: Path, domain: str | None) -> DomainSpec:
-    """The named domain, else the one the buffer's path names (<domain>/<algo>/buffer)."""
+    """The named domain, else the one the buffer's path names (<domain>/<algo>/buffer);
+    a path that names another domain than the one asked for is refused."""
+    named = next((p for p in reversed(buffer.resolve().parts) if p in DOMAINS), None)
     if domain is not None:
-        return get_domain(domain)
-    for part in reversed(buffer.resolve().parts):
-        if part in DOMAINS:
-            return DOMAINS[part]
+        spec = get_domain(domain)
+        if named is not None and named != spec.name:
+            raise DatasetError(f"{buffer}: the path names {named}, not {spec.name}")
+        return spec
+    if named is not None:
+        return DOMAINS[named]
     raise DatasetError(
         f"{buffer}: cannot tell the domain from the path (expected <domain>/<algo>/buffer); "
         f"pass domain= one of {', '.join(DOMAINS)}"
@@ -252,6 +256,7 @@ def load_dataset(
     cache_dir = buffer.parent / CACHE_DIR
     arrays = _load_cache(cache_dir, manifest) if cache else None
     if arrays is None:
+        read_episode(files[0], spec)  # one file of another layout is refused before the rest
         episodes = read_episodes(files, spec)
         arrays = {k: np.concatenate([ep[k] for ep in episodes]) for k in _keys(episodes, buffer)}
         arrays["lengths"] = np.array([len(ep["observation"]) - 1 for ep in episodes])
