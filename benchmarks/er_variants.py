@@ -25,8 +25,9 @@ be collected again here (its explorer makes ~25 episodes an hour); the `cpu` exp
 - `lrer`, `lrer-log`: the log ratio restricted to B's span, a logistic regression on
   B(s) whose L2 weight is chosen by held-out log-loss (never by return); z from its odds
   over rho', or from its centred logit (`linear_rer`).
-- `wer`: ER-FB without assuming E_rho[B B^T] = I: the least-squares z of the reward
-  d_E / rho' in B's span, E_rho'[B B^T]^{-1} mean_demos B, projected.
+- `wer`: the least-squares weights of the reward d_E / rho' in B's span,
+  E_rho'[B B^T]^{-1} mean_demos B, taken as the task vector and projected (ER-FB's z is
+  FB's zero-shot z of that fitted reward; the two agree where E_rho'[B B^T] = I).
 - `stored`: the model's own reward-inferred z (its limit; the same for every seed).
 - `late`: ER-FB over each demonstration's states from step 100 on (the planner's start
   from the initial state left out).

@@ -45,6 +45,25 @@ def test_whitened_z_is_the_least_squares_fit_of_the_density_ratio() -> None:
     assert not torch.allclose(p @ b, fit, rtol=0.1)
 
 
+def test_er_is_the_zero_shot_z_of_the_ratios_least_squares_fit(model: FBModel) -> None:
+    # rho uniform over n states, the demonstrations' p on them: the fit B^T w of the ratio
+    # n p is a reward whose FB z, E_rho[B B^T w], is ER-FB's E_p[B] whatever E_rho[B B^T].
+    from rbfm.fb.reward_inference import infer_z
+
+    g = torch.Generator().manual_seed(4)
+    obs = torch.randn(400, 17, generator=g)
+    with torch.no_grad():
+        b = model.backward_map(obs).double()
+    p = torch.rand(len(obs), generator=g, dtype=torch.float64)
+    p /= p.sum()
+    w = torch.linalg.lstsq(b, len(obs) * p).solution
+    z = infer_z(model, obs.numpy(), (b @ w).numpy())
+    er = project((p @ b).float(), model.radius)
+    torch.testing.assert_close(z, er, rtol=1e-4, atol=1e-4)
+    whitened = project(whiten(b.T @ b / len(obs), p @ b).float(), model.radius)
+    assert float(torch.linalg.vector_norm(whitened - er)) > 1e-2  # tiny B: far from I
+
+
 def test_b_moment_is_the_mean_outer_product(model: FBModel) -> None:
     obs = torch.randn(20_000, 17, generator=torch.Generator().manual_seed(2))
     with torch.no_grad():

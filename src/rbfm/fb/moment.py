@@ -1,11 +1,12 @@
 """E_rho[B(s) B(s)^T], B's second moment under the model's training states, stored with a
 model so that inference can use it without the data.
 
-FB's zero-shot z for a reward r is E_rho[r(s) B(s)]: the least-squares z of B(s)^T z ~ r(s)
-under rho when E_rho[B B^T] = I, which the orthonormality loss asks for and trained models
-only approach (`cheetah:rnd-v1`'s eigenvalues span 0.54-1.88). Without that assumption the
-least-squares z is E_rho[B B^T]^{-1} E_rho[r B]; ER-FB's whitened form (`rbfm.inference.er`,
-`whiten=True`) needs the moment. It is 50 x 50 numbers, stored in the model's description
+FB's zero-shot z for a reward r is E_rho[r(s) B(s)], and the least-squares w of
+B(s)^T w ~ r(s) under rho is E_rho[B B^T]^{-1} E_rho[r B]: the two coincide where
+E_rho[B B^T] = I, which the orthonormality loss asks for and trained models only approach
+(`cheetah:rnd-v1`'s eigenvalues span 0.54-1.88). ER-FB's whitened variant
+(`rbfm.inference.er`, `whiten=True`) takes w as the task vector and needs the moment. It
+is 50 x 50 numbers, stored in the model's description
 (not its weights, whose hash names the model everywhere) by `rbfm export` when the model's
 data is on the machine.
 """
@@ -99,7 +100,7 @@ def read_moment(record: Any, z_dim: int) -> torch.Tensor:
 
 def whiten(moment: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
     """moment^{-1} embedding (float64, with RIDGE's diagonal), in embedding's dtype and device:
-    the least-squares z for a reward whose E_rho[r B] is `embedding`."""
+    the least-squares w of B^T w ~ r for a reward whose E_rho[r B] is `embedding`."""
     m = moment.to(torch.float64).cpu()
     m = m + RIDGE * torch.trace(m) / len(m) * torch.eye(len(m), dtype=m.dtype)
     w = torch.linalg.solve(m, embedding.detach().to(torch.float64).cpu())

@@ -8,9 +8,14 @@ It reads no action, so a demonstrator whose actions no pi_z takes (a planner, a 
 costs it nothing that behavioural cloning pays. Over uniform-length episodes it is FB-IL's
 warm start z_w.
 
-E_rho[r B] is the least-squares z of B^T z ~ r only where E_rho[B B^T] = I. `whiten=True`
-drops that assumption: z = E_rho[B B^T]^{-1} E_{d_E}[B], projected, with the moment the
-model's description stores (`rbfm.fb.moment`; `rbfm export --dataset` records it).
+This z is exact under FB's model of the successor measure, M = F^T B rho, whatever
+E_rho[B B^T]: the ratio's least-squares fit in B's span, B^T w with w = E_rho[B B^T]^{-1}
+E_{d_E}[B], is a reward whose zero-shot z E_rho[B B^T w] is E_{d_E}[B] again.
+`whiten=True` takes w itself as the task vector: z = E_rho[B B^T]^{-1} E_{d_E}[B],
+projected, with the moment the model's description stores (`rbfm.fb.moment`; `rbfm export
+--dataset` records it). The two agree where E_rho[B B^T] = I; elsewhere the whitened z is
+FB's z for the reward B^T E_rho[B B^T]^{-2} E_{d_E}[B], an empirical variant, not a
+correction (docs/inference.md gives its measured returns).
 """
 
 from __future__ import annotations
