@@ -44,7 +44,8 @@ main() {
             adapt-cheetah@walk_backward adapt-cheetah@run_backward adapt-quadruped@stand
             adapt-quadruped@walk adapt-quadruped@run adapt-quadruped@jump adapt-independent
             adapt-cone-walker-rand-ctx external q1-walker external-walker-default@walk
-            external-walker-default@stand external-walker-default@run external-walker-default@flip)
+            external-walker-default@stand external-walker-default@run external-walker-default@flip
+            grid-walker-default@walk)
     fi
     # `external` is its three domains' stages (a planner ceiling costs minutes an episode).
     expanded=()
