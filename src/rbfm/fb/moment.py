@@ -58,7 +58,7 @@ def check_states(available: int, z_dim: int, where: str) -> None:
 def moment_record(model: FBModel, data: Dataset, seed: int = 0) -> dict[str, Any]:
     """What a model's description stores: the moment over min(MOMENT_STATES, len(data))
     next states of `data` drawn uniformly from `seed`, checked as `read_moment` reads it."""
-    check_states(len(data), model.cfg.z_dim, "the model's data")
+    check_states(len(data), model.cfg.z_dim, str(data.directory))
     n = min(MOMENT_STATES, len(data))
     obs = torch.as_tensor(data.subsample(n, seed).next_observation, dtype=torch.float32)
     moment = b_moment(model, obs)

@@ -19,7 +19,7 @@ from rbfm.fb.checkpoint import (
     training_data,
 )
 from rbfm.fb.model import FBModel
-from rbfm.fb.moment import check_states, moment_record
+from rbfm.fb.moment import moment_record
 
 
 def labelled_states(
@@ -75,26 +75,22 @@ def export_with_task_z(
     stores E_rho[B B^T] (`rbfm.fb.moment`), computed from the weights as stored."""
     data = None if dataset is None else dataset_name(find_buffer(Path(dataset)))
     model, meta = load_checkpoint(checkpoint)
-    path = _data_here(meta, dataset)
-    # Read and checked before any z or moment is computed.
-    states = None if path is None else load_dataset(path, str(meta["domain"]))
-    if states is not None:
-        check_states(len(states), model.cfg.z_dim, f"dataset {path}")
-    source = None if "task_z" in meta else dataset
-    task_z, _ = task_vectors(model, meta, list(TASKS[meta["domain"]]), checkpoint, source, 1)
-    # A relative path as given, else its last part: no machine's absolute paths.
-    exported_from = checkpoint if not Path(checkpoint).is_absolute() else Path(checkpoint).name
-    extra: dict[str, Any] = {
-        "task_z": {t: z.tolist() for t, z in task_z.items()},
-        "exported_from": exported_from,
-    }
-    if data is not None:
-        extra["dataset"] = {"name": data}
     dtype = torch.float16 if fp16 else None
-    if states is not None:
+    extra: dict[str, Any] = {}
+    path = _data_here(meta, dataset)
+    if path is not None:  # first: data it cannot use is refused before any z is inferred
         # The moment of the model that loads from the export: its weights after rounding.
         exported = model if dtype is None else _rounded(model, dtype)
-        extra["b_moment"] = moment_record(exported, states)
+        extra["b_moment"] = moment_record(exported, load_dataset(path, str(meta["domain"])))
+    source = None if "task_z" in meta else dataset
+    task_z, _ = task_vectors(model, meta, list(TASKS[meta["domain"]]), checkpoint, source, 1)
+    extra["task_z"] = {t: z.tolist() for t, z in task_z.items()}
+    # A relative path as given, else its last part: no machine's absolute paths.
+    extra["exported_from"] = (
+        checkpoint if not Path(checkpoint).is_absolute() else Path(checkpoint).name
+    )
+    if data is not None:
+        extra["dataset"] = {"name": data}
     return export_checkpoint(checkpoint, out, extra, dtype)
 
 
