@@ -63,12 +63,14 @@ from rbfm.inference import Demos, load_demos
 from rbfm.inference.expert_demos import demo_embedding, warm_start
 
 sys.path.insert(0, str(Path(__file__).parent))
-from external_files import demonstrated, write_page
+from external_files import appending, demonstrated, start, write_page
 
 ROWS = Path("runs/er_variants/rows.csv")
 HEADER = ["domain", "task", "seed", "variant", "return", "share", "cosine_stored", "info",
           "model", "reference"]  # fmt: skip
 REFERENCE_STATES = 100_000
+# The variants that read no reference sample rho'.
+WITHOUT_RHO = ("er", "stored", "late")
 
 
 def _b(model: FBModel, x: torch.Tensor) -> torch.Tensor:
@@ -297,21 +299,8 @@ def main() -> None:
     for domain, root in datasets.items():
         if not Path(root).exists():
             p.error(f"--dataset {domain}={root}: no such directory")
-    if args.seeds < 1:
-        p.error(f"--seeds {args.seeds}: at least 1")
-    for item in args.tasks:
-        domain, _, task = item.partition(":")
-        if domain not in DOMAINS or task not in DOMAINS[domain].tasks:
-            p.error(f"--tasks {item}: a DOMAIN:TASK of rbfm's twelve (e.g. walker:walk)")
-    torch.set_num_threads(1)
-    ROWS.parent.mkdir(parents=True, exist_ok=True)
-    if ROWS.exists() and ROWS.read_text().partition("\n")[0] != ",".join(HEADER):
-        raise SystemExit(f"{ROWS}: written with other columns; move it aside")
-    new = not ROWS.exists()
-    with open(ROWS, "a", newline="") as f, RolloutEngine(0) as engine:
-        writer = csv.writer(f)
-        if new:
-            writer.writerow(HEADER)
+    start(p, args)
+    with appending(ROWS, HEADER) as add, RolloutEngine(0) as engine:
         for domain, task, path in demonstrated(args.tasks):
             demos = load_demos(path)
             if "late" in args.variants and (short := int(demos.lengths.min())) <= 100:
@@ -319,12 +308,16 @@ def main() -> None:
                                  "step 100 on")  # fmt: skip
             name = models.get(domain, domain)
             model, meta = load_checkpoint(name, domain)
-            if domain in datasets:
-                reference, states = datasets[domain], from_dataset(datasets[domain], domain)
-            else:
-                reference = "reachable"
-                states = reachable(model, domain, "walk" if domain != "cheetah" else "run", engine)
-            b_rho = _b(model, states)
+            # rho' costs 64 episodes (or a dataset's read): only where a variant reads it.
+            b_rho, reference = torch.empty(0, model.cfg.z_dim), "none"
+            if any(v not in WITHOUT_RHO for v in args.variants):
+                if domain in datasets:
+                    reference, states = datasets[domain], from_dataset(datasets[domain], domain)
+                else:
+                    reference = "reachable"
+                    states = reachable(model, domain, "walk" if domain != "cheetah" else "run",
+                                       engine)  # fmt: skip
+                b_rho = _b(model, states)
             stored = torch.tensor(meta["task_z"][task])
             stored_return = None
             for seed in range(args.seeds):
@@ -361,9 +354,8 @@ def main() -> None:
                         stored_return = ret
                     share = 100 * ret / picked.returns.mean()
                     cos = float(torch.cosine_similarity(z.flatten(), stored, 0))
-                    writer.writerow([domain, task, seed, v, f"{ret:.1f}", f"{share:.1f}",
-                                     f"{cos:.2f}", info, name, reference])  # fmt: skip
-                    f.flush()
+                    add([domain, task, seed, v, f"{ret:.1f}", f"{share:.1f}", f"{cos:.2f}", info,
+                         name, reference])  # fmt: skip
                     print(f"{domain}:{task} seed {seed} {v}: {ret:.1f} ({share:.0f}%), cosine "
                           f"to the stored z {cos:.2f} {info}", flush=True)  # fmt: skip
 

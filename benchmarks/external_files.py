@@ -4,10 +4,15 @@ planner_size.py; nothing to run."""
 
 from __future__ import annotations
 
+import argparse
 import csv
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+from rbfm.envs import DOMAINS
 
 # `rbfm demos --expert mpc`'s files, DOMAIN_TASK.npz (docs/results/external/make_demos.sh).
 DEMOS = Path("runs/demos/mpc")
@@ -23,6 +28,41 @@ def demonstrated(tasks: list[str]) -> Iterator[tuple[str, str, Path]]:
             yield domain, task, path
         else:
             print(f"{item}: no planner demonstrations yet ({path}); skipped")
+
+
+def start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuses, before any work, a --tasks item that is not one of the twelve and a
+    --seeds below 1; then one torch thread (a run is one core's)."""
+    import torch
+
+    if getattr(args, "seeds", 1) < 1:
+        parser.error(f"--seeds {args.seeds}: at least 1")
+    for item in args.tasks:
+        domain, _, task = item.partition(":")
+        if domain not in DOMAINS or task not in DOMAINS[domain].tasks:
+            parser.error(f"--tasks {item}: a DOMAIN:TASK of rbfm's twelve (e.g. walker:walk)")
+    torch.set_num_threads(1)
+
+
+@contextmanager
+def appending(path: Path, header: list[str]) -> Iterator[Callable[[list[Any]], None]]:
+    """A function that appends a row to a table and flushes it (a run stopped at any moment
+    keeps every row it printed), the header written when the file is new; a file with other
+    columns is refused."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and path.read_text().partition("\n")[0] != ",".join(header):
+        raise SystemExit(f"{path}: written with other columns; move it aside")
+    new = not path.exists()
+    with open(path, "a", newline="") as f:
+        writer = csv.writer(f)
+
+        def add(row: list[Any]) -> None:
+            writer.writerow(row)
+            f.flush()
+
+        if new:
+            add(header)
+        yield add
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:

@@ -153,9 +153,45 @@ def test_the_implied_criterion_chooses_by_the_start_z_reward_and_never_reads_a_r
     assert all(torch.equal(x, y) for x, y in zip(a.candidates, d.candidates, strict=True))
 
 
+def test_the_cem_search_keeps_its_elites_mean_and_never_reads_a_reward(
+    model: FBModel, demos: Demos, z0: torch.Tensor
+) -> None:
+    cfg = AdaptConfig(budget=8, search="cem", population=4, elites=2)
+    assert cfg.keep == "best" and AdaptConfig().keep == "clear"  # each search's default
+    engine = _Counting()
+    a = adapt(model, demos, z0, ENV, cfg, seed=2, engine=engine)
+    # Every candidate from initial states of its own, none of evaluation's.
+    assert engine.seeds == [(2, ADAPT_SEED_OFFSET + i) for i in range(8)]
+    start = project(z0, model.radius)
+    assert len(a.candidates) == 8 and torch.equal(a.candidates[0], start)
+    assert all(torch.allclose(c.norm(), torch.tensor(model.radius)) for c in a.candidates)
+    # After each generation: the mean of its 2 closest candidates, projected.
+    for g in (0, 1):
+        d = a.distances[4 * g : 4 * g + 4]
+        elite = [a.candidates[4 * g + j] for j in np.argsort(d, kind="stable")[:2]]
+        want = project(torch.stack(elite).mean(0), model.radius)
+        assert torch.allclose(a.z_after(4 * g + 4), want)
+    assert torch.equal(a.z, a.z_after(8)) and torch.equal(a.z_after(3), start)
+    assert a.kept == [] and a.best[-1] == int(np.argmin(a.distances))
+    # The second generation is drawn around the first's answer, at 0.8 of its spread.
+    spread = [float((c - a.z_after(4)).norm()) for c in a.candidates[4:]]
+    first = [float((c - start).norm()) for c in a.candidates[1:4]]
+    assert np.mean(spread) < np.mean(first)
+    # Another task's reward in the same environment: every return differs, nothing else.
+    other = EnvSpec("cheetah", "walk_backward", ENV.perturbation, ENV.level)
+    b = adapt(model, demos, z0, other, cfg, seed=2)
+    assert a.returns != b.returns and torch.equal(a.z, b.z) and a.distances == b.distances
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
+        ({"search": "cem", "keep": "clear"}, "keep: 'clear' tests the answer's episodes"),
+        ({"search": "cem", "budget": 10}, r"10 is not a whole number .*multiples of 16"),
+        ({"search": "cem", "budget": 12, "states": 2, "population": 4}, "multiples of 8"),
+        ({"elites": 5, "population": 4}, "elites: 5 of a population of 4"),
+        ({"population": 0}, "population: 0"),
+        ({"decay": 0.0}, "decay"),
         ({"budget": 0}, "budget: 0 episodes"),
         ({"budget": 2, "states": 3}, "do not divide the budget of 2"),
         ({"budget": 5, "states": 3}, "2 would go unused"),

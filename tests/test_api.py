@@ -240,6 +240,8 @@ def test_what_would_turn_into_nan_or_a_silent_zero_is_refused(
         rbfm.adapt(rbfm.imitate(demos, "er", model), demos, episodes=0)
     with pytest.raises(ConfigError, match="adapt: demos is a list; pass a Demos"):
         rbfm.adapt(rbfm.imitate(demos, "er", model), [demos])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"episodes \(budget\): 5 is not a whole number of cem"):
+        rbfm.adapt(rbfm.imitate(demos, "er", model), demos, episodes=5, search="cem")
     with pytest.raises(ConfigError, match="device 'xyz' \\(valid: cpu, cuda, cuda:N\\)"):
         pick_device("xyz")
     with pytest.raises(CheckpointError, match="an empty model name"):

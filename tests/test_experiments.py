@@ -926,6 +926,9 @@ def test_adaptation_is_an_axis_of_cells_evaluated_at_each_budget(
     assert {e.variant for e in cone.evals if e.adapt} == {"adapt-cone-k2"}
     with pytest.raises(ConfigError, match=r"adapt\[0\]: search: 'grid'"):
         plan(from_dict({**data, "adapt": [{"budget": 2, "search": "grid"}]}))
+    # A stage evaluates candidates; cem answers a mean of them.
+    with pytest.raises(ConfigError, match=r"adapt\[0\].search: 'cem' answers its elites' mean"):
+        plan(from_dict({**data, "adapt": [{"budget": 16, "evaluate": [16], "search": "cem"}]}))
 
 
 def test_a_truncated_model_is_refused_before_anything_is_written(

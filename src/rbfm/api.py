@@ -239,13 +239,15 @@ def adapt(
     seed: int = 0,
     search: str = "line",
     criterion: str = "demos",
-    keep: str = "clear",
+    keep: str | None = None,
 ) -> Imitation:
     """An FB imitation's z adapted with `episodes` reward-free episodes in the environment
-    it meets (`rbfm.inference.adapt`; `search` "line" or "cone"; `criterion` "demos": its
+    it meets (`rbfm.inference.adapt`; `search` "line", "cone", or "cem", the cross-entropy
+    method, for budgets of whole generations of 16 episodes; `criterion` "demos": its
     states matched to the demonstrations' in B's space, "implied": the most of its z's
-    reward B(s)^T z). `keep` "clear": the start z stays unless the best candidate is better
-    by a paired test over its episodes' blocks; "best": the best whatever the margin.
+    reward B(s)^T z). `keep` "clear" (line and cone's default): the start z stays unless
+    the best candidate is better by a paired test over its episodes' blocks; "best" (cem's
+    only): the search's answer whatever the margin.
     `imitation`: an `Imitation` or a file `load_imitation` reads. With no perturbation it
     adapts at nominal physics. What it did, and which z it kept, is `info["adaptation"]`."""
     from rbfm.inference.adapt import AdaptConfig

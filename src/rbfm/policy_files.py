@@ -269,6 +269,7 @@ def adaptation_record(res: AdaptResult, cfg: AdaptConfig, env: EnvSpec) -> dict[
         "distances": res.distances,
         "implied": res.implied,
         "best": res.best,
+        "search": cfg.search,
         "keep": cfg.keep,
         "kept": res.kept,
         "seconds": res.seconds,
@@ -316,6 +317,11 @@ def adapt_to_file(
 
 def _which_kept(res: AdaptResult, cfg: AdaptConfig) -> str:
     """Which z the adaptation returns, and why."""
+    if cfg.search == "cem":
+        return (
+            f"the mean of generation {len(res.candidates) // cfg.population}'s "
+            f"{cfg.elites} best of {cfg.population} candidates kept"
+        )
     best = res.best[-1]
     if res.kept[-1] == best:
         return "the start z kept (it is the best)" if best == 0 else f"candidate {best} kept"

@@ -30,6 +30,7 @@ class Opt:
     check: str | None = None  # a key of CHECKS, unless the command's Use names another
 
 
+_KEEP, _SEARCH = {"choices": ["clear", "best"]}, {"choices": ["line", "cone", "cem"]}
 MODEL = "FB model: a run folder, a checkpoint or a shipped name (walker; docs/models.md)"
 OPTIONS: dict[str, Opt] = {
     "action_noise": Opt("Gaussian noise std on the expert's actions (clipped to [-1, 1])", float),
@@ -47,7 +48,7 @@ OPTIONS: dict[str, Opt] = {
         extra={"choices": ["demos", "implied", "reward"]},
     ),
     "cosine": Opt("the cone search's cosine of each candidate to the start z", float),
-    "keep": Opt("clear: the start z unless clearly beaten", extra={"choices": ["clear", "best"]}),
+    "keep": Opt("clear: z unless clearly beaten (line, cone); best (cem)", extra=_KEEP),
     "demos": Opt("demonstrations file from `rbfm demos` or `save_demos`"),
     "device": Opt("torch device, e.g. cpu or cuda:1 (default: cuda if available, else cpu)"),
     "domain": Opt("DMC domain"),
@@ -94,7 +95,7 @@ OPTIONS: dict[str, Opt] = {
     "random": Opt("also evaluate a uniform random policy", bool),
     "ray": Opt("run on Ray: auto, local or a cluster address (pip install 'rbfm[ray]')"),
     "replay": Opt("store only the actions; `rbfm unpack` regenerates the rest", bool),
-    "search": Opt("adaptation search (docs/inference.md)", extra={"choices": ["line", "cone"]}),
+    "search": Opt("adaptation search (cem: cross-entropy; docs/inference.md)", extra=_SEARCH),
     "seed": Opt("random seed", int),
     "seeds": Opt("override: the first N seeds", int),
     "set": Opt(

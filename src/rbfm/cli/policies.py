@@ -95,7 +95,7 @@ def infer(args: argparse.Namespace) -> None:
     "adapt",
     "adapt a task vector to the environment it meets, from a few reward-free episodes",
     "Tries z's near z for a few episodes in the deployed environment; the closest to the demos "
-    "in B's space (or by z's implied reward) replaces z if clearly closer (--keep best: always).",
+    "in B's space (or by z's implied reward) replaces z if clearly closer (cem: elites' mean).",
     config=AdaptConfig,
     checkpoint=Use(None, "the FB model of the task vector (default: its file's); " + MODEL),
     demos=REQUIRED,

@@ -378,6 +378,11 @@ def _adapt_config(entry: AdaptEntry, where: str, labels: set[str]) -> dict[str, 
         )
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from e
+    if cfg.search == "cem":
+        raise ConfigError(
+            f"{where}.search: 'cem' answers its elites' mean, not one of its candidates, and "
+            "a stage evaluates candidates (valid in stages: line, cone; cem: rbfm.adapt)"
+        )
     if not entry.evaluate or len(set(entry.evaluate)) != len(entry.evaluate):
         raise ConfigError(f"{where}.evaluate: give distinct episode budgets")
     for k in entry.evaluate:
@@ -392,15 +397,16 @@ def _adapt_config(entry: AdaptEntry, where: str, labels: set[str]) -> dict[str, 
     for label in entry.datasets:
         if label not in labels:
             raise ConfigError(f"{where}.datasets: {label!r} is not the dataset of any model")
-    # `search` and `cosine` enter a cell's identity only where they differ from their
-    # defaults: a line search's cell keeps the id it has without these fields. Stages keep
-    # the search's best candidate, as they ran (`run_adapt` reads a config without `keep`
-    # so), and the clear-margin test's fields stay out of their ids.
+    # `search`, `cosine` and cem's fields enter a cell's identity only where they differ
+    # from their defaults: a line search's cell keeps the id it has without these fields.
+    # Stages keep the search's best candidate, as they ran (`run_adapt` reads a config
+    # without `keep` so), and the clear-margin test's fields stay out of their ids.
+    optional = ("search", "cosine", "population", "elites", "decay")
     return {
         k: v
         for k, v in dataclasses.asdict(cfg).items()
-        if k not in ("search", "cosine", "keep", "block", "alpha")
-        or (k in ("search", "cosine") and v != getattr(AdaptConfig, k))
+        if k not in (*optional, "keep", "block", "alpha")
+        or (k in optional and v != getattr(AdaptConfig, k))
     }
 
 

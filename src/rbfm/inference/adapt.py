@@ -48,6 +48,18 @@ policies, while the probe that motivated adaptation found them among 16 random z
 cosine ~0.9 to the expert's. Each candidate is independent of the others' returns, so
 the choice is the only place the criterion enters.
 
+A third search, `search="cem"`, is the cross-entropy method on the sphere, for budgets
+of tens of episodes. On the planner's demonstrations of cheetah, the stored z (the model
+given the task's reward) gives episodes closer to the demonstrations in B's space than
+ER-FB's z does on every seed, but the line search's direction from ER-FB's z points away
+from it (cosine -0.09 to -0.47; docs/results/external/README.md): the criterion ranks
+well and a line does not reach. Each generation is `population` candidates, the mean
+plus Gaussian noise of scale spread x radius / sqrt(d) projected (spread `step`, times
+`decay` each generation; candidate 0 of the first generation the start z), each from its
+own `states` initial states; the `elites` with the best criterion give the next mean,
+their mean projected. The answer after each generation is that mean: an average of the
+elites, less exposed to one episode's luck than the best candidate is.
+
 What is kept (`keep`). The search's best candidate is chosen by one episode's criterion
 (per initial state), and on the Table 4-sized walker that choice lowered walker walk's
 return (ER-FB's z from 61.1% of the planner's to 52.0% with 5 episodes). `keep="clear"`,
@@ -76,7 +88,7 @@ from rbfm.checks import in_range
 from rbfm.data.demos import Demos
 from rbfm.envs import get_domain
 from rbfm.errors import ConfigError
-from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy
+from rbfm.evaluation import EnvSpec, RolloutEngine, RolloutResult, fb_policy
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
 from rbfm.inference.expert_demos import demo_embedding
@@ -84,7 +96,7 @@ from rbfm.inference.expert_demos import demo_embedding
 # Each criterion's name in results and task-vector files (`adapt-k5`, `oracle-k5`, ...).
 CRITERION_LABELS = {"demos": "adapt", "implied": "implied", "reward": "oracle"}
 CRITERIA = tuple(CRITERION_LABELS)
-SEARCHES = ("line", "cone")
+SEARCHES = ("line", "cone", "cem")
 KEEPS = ("clear", "best")
 # Adaptation episode k of seed s starts from initial state (s, ADAPT_SEED_OFFSET + k);
 # evaluation uses (s, k) with k < its episode count, far below this.
@@ -94,15 +106,24 @@ ADAPT_SEED_OFFSET = 1_000_000
 @dataclass(frozen=True)
 class AdaptConfig:
     budget: int = 10  # episodes in the deployed environment, the start z's included
-    step: float = 0.5  # first step along the matching direction, as a fraction of the radius
+    # Line: the first step along the matching direction; cem: the first generation's
+    # spread; both as a fraction of the radius.
+    step: float = 0.5
     shrink: float = 0.5  # step factor after a candidate that does not improve
     criterion: str = "demos"  # "reward" is the oracle: an upper bound, never a method
     states: int = 1  # initial states (episodes) per candidate; budget // states candidates
-    search: str = "line"  # or "cone": random candidates at `cosine` to the start z
+    # "cone": random candidates at `cosine` to the start z; "cem": the cross-entropy method.
+    search: str = "line"
     cosine: float = 0.9
-    keep: str = "clear"  # or "best": the search's best candidate, however small its margin
+    # "best": the search's answer, however small its margin; "clear": the start z unless the
+    # answer is clearly better (line and cone). None: "clear", or "best" for cem, whose
+    # answer (its elites' mean) has no episodes of its own to test.
+    keep: str | None = None
     block: int = 100  # steps per block of the paired test (`keep="clear"`)
     alpha: float = 0.05  # the test's level
+    population: int = 16  # cem: candidates per generation
+    elites: int = 4  # cem: the best candidates of a generation, whose mean is the next
+    decay: float = 0.8  # cem: the spread's factor per generation
 
     def __post_init__(self) -> None:
         if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 1:
@@ -122,8 +143,34 @@ class AdaptConfig:
         in_range("AdaptConfig", "cosine", self.cosine, -1.0, 1.0, open_low=True, open_high=True)
         if self.criterion not in CRITERIA:
             raise ConfigError(f"criterion: {self.criterion!r} (valid: {', '.join(CRITERIA)})")
+        if self.keep is None:
+            object.__setattr__(self, "keep", "best" if self.search == "cem" else "clear")
         if self.keep not in KEEPS:
             raise ConfigError(f"keep: {self.keep!r} (valid: {', '.join(KEEPS)})")
+        for name in ("population", "elites"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}: {value!r} (valid: an integer >= 1)")
+        if self.elites > self.population:
+            raise ConfigError(
+                f"elites: {self.elites} of a population of {self.population} (valid: "
+                f"1..{self.population})"
+            )
+        in_range("AdaptConfig", "decay", self.decay, 0.0, 1.0, open_low=True, open_high=False)
+        if self.search == "cem":
+            if self.keep == "clear":
+                raise ConfigError(
+                    "keep: 'clear' tests the answer's episodes against the start z's, and "
+                    "search 'cem' answers its elites' mean, which runs none (valid with cem: "
+                    "best)"
+                )
+            per = self.states * self.population
+            if self.budget % per:
+                raise ConfigError(
+                    f"episodes (budget): {self.budget} is not a whole number of cem generations "
+                    f"of {self.population} candidates x {self.states} episodes (valid: "
+                    f"multiples of {per})"
+                )
         if isinstance(self.block, bool) or not isinstance(self.block, int) or self.block < 1:
             raise ConfigError(f"block: {self.block!r} steps (valid: an integer >= 1)")
         in_range("AdaptConfig", "alpha", self.alpha, 0.0, 0.5, open_low=True, open_high=True)
@@ -141,7 +188,7 @@ class AdaptProblem:
 
 @dataclass
 class AdaptResult:
-    z: torch.Tensor  # the best candidate after the whole budget
+    z: torch.Tensor  # the answer after the whole budget
     states: int = 1  # episodes per candidate
     candidates: list[torch.Tensor] = field(default_factory=list)
     distances: list[float] = field(default_factory=list)  # d of each candidate
@@ -150,8 +197,10 @@ class AdaptResult:
     # never reads it (tested by adapting on another task's reward).
     returns: list[float] = field(default_factory=list)
     best: list[int] = field(default_factory=list)  # the best candidate after each candidate
-    # The candidate kept after each: the best where its margin is clear (`keep`), else 0.
+    # The candidate kept after each: the best where its margin is clear (`keep`), else 0;
+    # empty for cem, whose answer is its elites' mean, not a candidate.
     kept: list[int] = field(default_factory=list)
+    answers: list[torch.Tensor] = field(default_factory=list)  # the answer after each
     # Each candidate's criterion per block of its episodes, lower is better (the test's data).
     blocks: list[list[float]] = field(default_factory=list)
     unstable: int = 0  # episodes ended by a physics failure
@@ -162,11 +211,11 @@ class AdaptResult:
         return len(self.candidates) * self.states
 
     def z_after(self, episodes: int) -> torch.Tensor:
-        """The answer of the same search stopped after `episodes` episodes (the best of
-        the candidates whose episodes all fit)."""
+        """The answer of the same search stopped after `episodes` episodes (of the
+        candidates whose episodes all fit; cem's, after its last whole generation)."""
         if not self.states <= episodes <= self.episodes:
             raise ConfigError(f"episodes: {episodes} (valid: {self.states}..{self.episodes})")
-        return self.candidates[self.kept[episodes // self.states - 1]]
+        return self.answers[episodes // self.states - 1]
 
 
 def _features(model: FBModel, observations: np.ndarray) -> torch.Tensor:
@@ -264,57 +313,59 @@ def adapt_many(
         for p in problems
     ]
     m = cfg.states
+    # Candidates per problem and round: a cem generation, else one.
+    per = cfg.population if cfg.search == "cem" else 1
     step = [cfg.step] * len(problems)
     means: list[list[torch.Tensor]] = [[] for _ in problems]
+    cem = [_Cem(r.z, cfg.step, p.seed) for r, p in zip(results, problems, strict=True)]
     own = engine is None
     engine = engine or RolloutEngine(0)
     try:
-        rounds = cfg.budget // m
+        rounds = cfg.budget // (m * per)
         for k in range(rounds):
             cands = [
-                _propose(r, mu, p, s, radius)
-                if cfg.search == "line"
-                else _cone(r, p, k, cfg.cosine, radius)
-                for r, mu, p, s in zip(results, means, problems, step, strict=True)
+                c.propose(k, cfg.population, radius)
+                if cfg.search == "cem"
+                else [
+                    _propose(r, mu, p, s, radius)
+                    if cfg.search == "line"
+                    else _cone(r, p, k, cfg.cosine, radius)
+                ]
+                for r, mu, p, s, c in zip(results, means, problems, step, cem, strict=True)
             ]
+            # Line and cone candidates share the problem's initial states (paired
+            # comparisons); each cem candidate has its own.
+            first = [(k * per + c) * m if cfg.search == "cem" else 0 for c in range(per)]
+            zs = torch.stack([z for c in cands for z in c]).repeat_interleave(m, 0)
+            seeds = [(p.seed, ADAPT_SEED_OFFSET + f + j) for p in problems for f in first
+                     for j in range(m)]  # fmt: skip
             res = engine.run(
-                [p.env for p in problems for _ in range(m)],
-                fb_policy(model, torch.stack(cands).repeat_interleave(m, 0)),
-                seeds=[(p.seed, ADAPT_SEED_OFFSET + j) for p in problems for j in range(m)],
+                [p.env for p in problems for _ in range(per * m)],
+                fb_policy(model, zs),
+                seeds=seeds,
                 record=True,
                 progress=f"adaptation round {k + 1}/{rounds}" if progress else None,
             )
             assert res.trajectories is not None
             for i, (r, p) in enumerate(zip(results, problems, strict=True)):
-                rows = range(i * m, (i + 1) * m)
-                traj, n = res.trajectories, res.lengths
-                feats = [_features(model, traj[e]["observation"][1 : n[e] + 1]) for e in rows]
-                mu = torch.stack([f.mean(0) for f in feats]).mean(0)
-                distance = float(torch.linalg.vector_norm(p.target.cpu().float() - mu))
-                if not math.isfinite(distance):
-                    raise ConfigError(f"adapt: B of {p.env} rollout states is not finite")
-                r.candidates.append(cands[i])
-                r.distances.append(distance)
-                r.implied.append(float(mu @ r.candidates[0]))
-                r.returns.append(float(res.returns[rows.start : rows.stop].mean()))
-                r.unstable += int(res.unstable[rows.start : rows.stop].sum())
-                means[i].append(mu)
-                score = {
-                    "demos": r.distances,
-                    "implied": [-x for x in r.implied],
-                    "reward": [-x for x in r.returns],
-                }[cfg.criterion]
-                slots = get_domain(p.env.domain).episode_length // cfg.block
-                r.blocks.append(
-                    _block_scores(cfg, p.target, r.candidates[0], feats, traj, rows, n, slots)
-                )
-                best = int(np.argmin(score))  # ties: the earliest, the start z first
-                if k > 0 and best == r.best[-1]:
-                    step[i] *= cfg.shrink  # no improvement: a shorter step along the same line
-                r.best.append(best)
-                clear = cfg.keep == "best" or clearly_better(r.blocks[best], r.blocks[0], cfg.alpha)
-                r.kept.append(best if clear else 0)
-                r.z = r.candidates[r.kept[-1]]
+                for c, cand in enumerate(cands[i]):
+                    first_row = (i * per + c) * m
+                    mu = _record(model, cfg, r, p, cand, res, range(first_row, first_row + m))
+                    means[i].append(mu)
+                    score = _scores(cfg, r)
+                    best = int(np.argmin(score))  # ties: the earliest, the start z first
+                    if cfg.search != "cem":
+                        if k > 0 and best == r.best[-1]:
+                            step[i] *= cfg.shrink  # no gain: a shorter step along the same line
+                        clear = cfg.keep == "best" or clearly_better(
+                            r.blocks[best], r.blocks[0], cfg.alpha
+                        )
+                        r.kept.append(best if clear else 0)
+                        r.z = r.candidates[r.kept[-1]]
+                    elif c == per - 1:  # the generation is whole: its elites' mean
+                        r.z = cem[i].update(np.asarray(score[-per:]), cands[i], cfg, radius)
+                    r.best.append(best)
+                    r.answers.append(r.z)
     finally:
         if own:
             engine.close()
@@ -322,6 +373,70 @@ def adapt_many(
     for r in results:
         r.seconds = seconds / len(results)
     return results
+
+
+def _record(
+    model: FBModel,
+    cfg: AdaptConfig,
+    r: AdaptResult,
+    p: AdaptProblem,
+    cand: torch.Tensor,
+    res: RolloutResult,
+    rows: range,
+) -> torch.Tensor:
+    """Adds a candidate and what its episodes (`rows` of `res`) showed to `r`; returns the
+    mean over its episodes of mean_t B(s_t)."""
+    assert res.trajectories is not None
+    traj, n = res.trajectories, res.lengths
+    feats = [_features(model, traj[e]["observation"][1 : n[e] + 1]) for e in rows]
+    mu = torch.stack([f.mean(0) for f in feats]).mean(0)
+    distance = float(torch.linalg.vector_norm(p.target.cpu().float() - mu))
+    if not math.isfinite(distance):
+        raise ConfigError(f"adapt: B of {p.env} rollout states is not finite")
+    r.candidates.append(cand)
+    r.distances.append(distance)
+    r.implied.append(float(mu @ r.candidates[0]))
+    r.returns.append(float(res.returns[rows.start : rows.stop].mean()))
+    r.unstable += int(res.unstable[rows.start : rows.stop].sum())
+    slots = get_domain(p.env.domain).episode_length // cfg.block
+    r.blocks.append(_block_scores(cfg, p.target, r.candidates[0], feats, traj, rows, n, slots))
+    return mu
+
+
+def _scores(cfg: AdaptConfig, r: AdaptResult) -> list[float]:
+    """Every candidate's criterion so far, lower is better."""
+    return {
+        "demos": r.distances,
+        "implied": [-x for x in r.implied],
+        "reward": [-x for x in r.returns],
+    }[cfg.criterion]
+
+
+class _Cem:
+    """One problem's cross-entropy search: its mean, spread and noise."""
+
+    def __init__(self, z0: torch.Tensor, spread: float, seed: int) -> None:
+        self.z0, self.mean, self.spread = z0, z0, spread
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def propose(self, k: int, population: int, radius: float) -> list[torch.Tensor]:
+        """Generation k: the mean plus noise of scale spread x radius / sqrt(d), projected;
+        the first generation's candidate 0 is the start z."""
+        d = self.mean.shape[0]
+        noise = torch.randn(population, d, generator=self.gen) * self.spread * radius / d**0.5
+        zs = list(project(self.mean + noise, radius))
+        if k == 0:
+            zs[0] = self.z0
+        return zs
+
+    def update(
+        self, scores: np.ndarray, cands: list[torch.Tensor], cfg: AdaptConfig, radius: float
+    ) -> torch.Tensor:
+        """The next mean, of the generation's `elites` best candidates, projected."""
+        elite = torch.stack([cands[j] for j in np.argsort(scores, kind="stable")[: cfg.elites]])
+        self.mean = project(elite.mean(0), radius)
+        self.spread *= cfg.decay
+        return self.mean
 
 
 def _check_model(model: FBModel, domain: str) -> None:
