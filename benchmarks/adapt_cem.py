@@ -37,7 +37,7 @@ from rbfm.inference.adapt import AdaptConfig, adapt
 from rbfm.inference.expert_demos import warm_start
 
 sys.path.insert(0, str(Path(__file__).parent))
-from external_files import appending, demonstrated, start, write_page
+from external_files import appending, demonstrated, read_rows, start, write_page
 
 ROWS = Path("runs/adapt_cem/rows.csv")
 HEADER = ["domain", "task", "model", "seed", "episodes", "return", "share", "stored_return",
@@ -85,10 +85,12 @@ def table() -> str:
         "| --- | --- | " + " | ".join("---" for _ in budgets) + " | --- |"]  # fmt: skip
     for domain, task in dict.fromkeys((r["domain"], r["task"]) for r in rows):
         sel = [r for r in rows if (r["domain"], r["task"]) == (domain, task)]
-        share = {b: [float(r["share"]) for r in sel if int(r["episodes"]) == b] for b in budgets}
+        # Per budget and seed, the last row counts (a seed stopped part-way ran again).
+        share = {b: list({r["seed"]: float(r["share"]) for r in sel
+                          if int(r["episodes"]) == b}.values()) for b in budgets}  # fmt: skip
         # The stored z's share of each seed's demonstrations: its return over theirs.
-        ratio = [float(r["stored_return"]) / float(r["return"]) * float(r["share"])
-                 for r in sel if int(r["episodes"]) == 0]  # fmt: skip
+        ratio = list({r["seed"]: float(r["stored_return"]) / float(r["return"]) * float(r["share"])
+                      for r in sel if int(r["episodes"]) == 0}.values())  # fmt: skip
         cells = [f"{np.mean(share[b]):.1f}%" if share[b] else "-" for b in budgets]
         lines.append(f"| {domain} {task} | {len(share[0])} | " + " | ".join(cells)
                      + f" | {np.mean(ratio):.1f}% |")  # fmt: skip
@@ -114,13 +116,21 @@ def main() -> None:
                        "per (task, seed), nominal physics.", text)  # fmt: skip
         return
     start(p, args)
+    # A (model, task, seed) whose rows are all in the table is not run again: a stopped or
+    # extended run (a larger --seeds) computes only what it lacks.
+    done = {(r["model"], r["task"], int(r["seed"])) for r in read_rows(ROWS)
+            if int(r["episodes"]) == EVALUATED[-1]}  # fmt: skip
     with appending(ROWS, HEADER) as add, RolloutEngine(0) as engine:
         for domain, task, path in demonstrated(args.tasks):
+            name = resolve(domain).name
+            seeds = [s for s in range(args.seeds) if (name, task, s) not in done]
+            if not seeds:
+                continue
             model, meta = load_checkpoint(domain, domain)
-            name, spec, demos = resolve(domain).name, EnvSpec(domain, task), load_demos(path)
+            spec, demos = EnvSpec(domain, task), load_demos(path)
             stored = project(torch.tensor(meta["task_z"][task]), model.radius)
             stored_return = evaluate(engine, model, spec, stored)
-            for seed in range(args.seeds):
+            for seed in seeds:
                 picked = demos.sample(4, seed)
                 z0 = warm_start(model, picked)
                 res = adapt(model, picked, z0, spec, CONFIG, seed=seed, engine=engine)
