@@ -52,8 +52,9 @@ A third search, `search="cem"`, is the cross-entropy method on the sphere, for b
 of tens of episodes. On the planner's demonstrations of cheetah, the stored z (the model
 given the task's reward) gives episodes closer to the demonstrations in B's space than
 ER-FB's z does on every seed, but the line search's direction from ER-FB's z points away
-from it (cosine -0.09 to -0.47; docs/results/external/README.md): the criterion ranks
-well and a line does not reach. Each generation is `population` candidates, the mean
+from it (cosine -0.09 to -0.47; docs/results/external/README.md): there the criterion
+ranks well and a line does not reach (on walker walk and quadruped walk the criterion
+itself puts the stored z farther). Each generation is `population` candidates, the mean
 plus Gaussian noise of scale spread x radius / sqrt(d) projected (spread `step`, times
 `decay` each generation; candidate 0 of the first generation the start z), each from its
 own `states` initial states; the `elites` with the best criterion give the next mean,
