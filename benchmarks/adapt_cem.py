@@ -2,6 +2,7 @@
 
     python benchmarks/adapt_cem.py --tasks cheetah:run walker:walk --seeds 3
     python benchmarks/adapt_cem.py --table
+    python benchmarks/adapt_cem.py --criterion states --tasks walker:walk --seeds 5
 
 On the stored z (the model given the task's reward), rollouts are closer to the planner's
 demonstrations in B's space than ER-FB's own on every seed (`reward_free_signals.py`), but
@@ -13,7 +14,10 @@ episode at nominal physics from initial states of its own; the 4 with the lowest
 B-distance give the next mean. The answer (the elites' mean) is evaluated on the 20
 evaluation episodes after 32, 64 and 96 episodes; `distance` is the lowest of the
 generation that ended there. No reward is read but the evaluation's. Rows go to
-runs/adapt_cem/rows.csv (columns: `HEADER`).
+runs/adapt_cem/rows.csv (columns: `HEADER`). `--criterion states` runs the same search
+choosing its elites by the mean observation's distance instead (`rbfm.inference.adapt`),
+into rows-states.csv; its `distance` is that criterion's. `--compare` prints the two
+side by side on the (task, seed)s both ran.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +49,7 @@ HEADER = ["domain", "task", "model", "seed", "episodes", "return", "share", "sto
           "cosine_stored", "distance"]  # fmt: skip
 CONFIG = AdaptConfig(budget=96, search="cem")  # 6 generations of 16, elites 4, decay 0.8
 POPULATION = CONFIG.population
+CRITERIA = ("demos", "states")
 EVALUATED = (32, 64, 96)  # episodes after which the answer is evaluated
 
 
@@ -52,10 +58,14 @@ def evaluate(engine: RolloutEngine, model: FBModel, spec: EnvSpec, z: torch.Tens
     return float(engine.run(spec, fb_policy(model, z), 20, seed=EVAL_SEED).returns.mean())
 
 
-def table() -> str:
+def rows_file(criterion: str) -> Path:
+    return ROWS if criterion == "demos" else ROWS.with_name(f"rows-{criterion}.csv")
+
+
+def table(path: Path) -> str:
     """Per domain, IQM over (task, seed) of return over the stored z's, at each budget;
     then per task, the mean share of the planner's return."""
-    with open(ROWS, newline="") as f:
+    with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     budgets = sorted({int(r["episodes"]) for r in rows})
     lines = ["| domain (tasks, seeds) | " + " | ".join(
@@ -97,20 +107,61 @@ def table() -> str:
     return "\n".join(lines)
 
 
+def compare() -> str:
+    """Each criterion's answer on the (task, seed)s both ran to the last budget: per domain,
+    IQM over them of return over the stored z's at each budget (stratified-bootstrap 95%
+    CI), and on how many the states criterion's answer returns less at the last."""
+    ratios: dict[str, dict[tuple[str, str, int, int], float]] = {}
+    for c in CRITERIA:
+        ratios[c] = {(r["domain"], r["task"], int(r["seed"]), int(r["episodes"])):
+                     float(r["return"]) / float(r["stored_return"])
+                     for r in read_rows(rows_file(c))}  # fmt: skip
+    both = sorted({k[:3] for k in ratios["demos"] if all(
+        (*k[:3], b) in ratios[c] for c in CRITERIA for b in (0, *EVALUATED))})  # fmt: skip
+    last = EVALUATED[-1]
+    head = ["ER-FB"] + [f"{c}, {b}" for b in EVALUATED for c in CRITERIA]
+    head.append(f"(task, seed)s where states returns less at {last}")
+    lines = ["| domain: tasks (seeds) | " + " | ".join(head) + " |",
+             "| --- | " + " | ".join("---" for _ in head) + " |"]  # fmt: skip
+    for domain in dict.fromkeys(k[0] for k in both):
+        tasks = list(dict.fromkeys(k[1] for k in both if k[0] == domain))
+        seeds = sorted(set.intersection(*({k[2] for k in both if k[:2] == (domain, t)}
+                                          for t in tasks)))  # fmt: skip
+        cols = [("demos", 0)] + [(c, b) for b in EVALUATED for c in CRITERIA]
+        iqm = stratified_iqm({f"{c}{b}": np.array([[ratios[c][domain, t, s, b] for t in tasks]
+                                                  for s in seeds]) for c, b in cols})  # fmt: skip
+        cells = [f"{iqm[f'{c}{b}'][0]:.2f}x [{iqm[f'{c}{b}'][1]:.2f}, {iqm[f'{c}{b}'][2]:.2f}]"
+                 for c, b in cols]  # fmt: skip
+        pairs = [(t, s) for t in tasks for s in seeds]
+        less = sum(ratios["states"][domain, t, s, last] < ratios["demos"][domain, t, s, last]
+                   for t, s in pairs)  # fmt: skip
+        cells.append(f"{less} of {len(pairs)}")
+        lines.append(f"| {domain}: {', '.join(tasks)} ({len(seeds)}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--tasks", nargs="+", default=["cheetah:run"])
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--table", action="store_true", help="print the table of the rows so far")
     p.add_argument("--page", type=Path, help="with --table: also write it to this file")
+    p.add_argument("--criterion", choices=CRITERIA, default="demos", help="what elites minimise")
+    p.add_argument("--compare", action="store_true", help="print the criteria side by side")
     args = p.parse_args()
+    if args.compare:
+        print(compare())
+        return
+    path = rows_file(args.criterion)
+    if args.page and not args.table:
+        p.error("--page: only with --table")
     if args.table:
-        if not ROWS.exists():
-            p.error(f"--table: no rows yet ({ROWS})")
-        text = table()
+        if not path.exists():
+            p.error(f"--table: no rows yet ({path})")
+        text = table(path)
         print(text)
         if args.page:
-            write_page(args.page, "Reward-free adaptation by the cross-entropy method", ROWS,
+            write_page(args.page, "Reward-free adaptation by the cross-entropy method", path,
                        "Per domain: IQM over (task, seed) of the return over the stored z's, "
                        "with rliable's stratified-bootstrap 95% CI; 20 evaluation episodes "
                        "per (task, seed), nominal physics.", text)  # fmt: skip
@@ -118,24 +169,26 @@ def main() -> None:
     start(p, args)
     # A (model, task, seed) whose rows are all in the table is not run again: a stopped or
     # extended run (a larger --seeds) computes only what it lacks.
-    done = {(r["model"], r["task"], int(r["seed"])) for r in read_rows(ROWS)
+    done = {(r["model"], r["task"], int(r["seed"])) for r in read_rows(path)
             if int(r["episodes"]) == EVALUATED[-1]}  # fmt: skip
-    with appending(ROWS, HEADER) as add, RolloutEngine(0) as engine:
-        for domain, task, path in demonstrated(args.tasks):
+    cfg = replace(CONFIG, criterion=args.criterion)
+    with appending(path, HEADER) as add, RolloutEngine(0) as engine:
+        for domain, task, demos_file in demonstrated(args.tasks):
             name = resolve(domain).name
             seeds = [s for s in range(args.seeds) if (name, task, s) not in done]
             if not seeds:
                 continue
             model, meta = load_checkpoint(domain, domain)
-            spec, demos = EnvSpec(domain, task), load_demos(path)
+            spec, demos = EnvSpec(domain, task), load_demos(demos_file)
             stored = project(torch.tensor(meta["task_z"][task]), model.radius)
             stored_return = evaluate(engine, model, spec, stored)
             for seed in seeds:
                 picked = demos.sample(4, seed)
                 z0 = warm_start(model, picked)
-                res = adapt(model, picked, z0, spec, CONFIG, seed=seed, engine=engine)
+                res = adapt(model, picked, z0, spec, cfg, seed=seed, engine=engine)
+                score = res.observed if args.criterion == "states" else res.distances
                 answers = [(0, z0, float("nan"))] + [
-                    (e, res.z_after(e), min(res.distances[e - POPULATION : e])) for e in EVALUATED
+                    (e, res.z_after(e), min(score[e - POPULATION : e])) for e in EVALUATED
                 ]
                 for episodes, z, dmin in answers:
                     ret = evaluate(engine, model, spec, z)

@@ -55,7 +55,7 @@ from rbfm.data.dataset import load_dataset
 from rbfm.envs import DOMAINS
 from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy
 from rbfm.evaluation.aggregate import stratified_iqm
-from rbfm.fb.checkpoint import load_checkpoint
+from rbfm.fb.checkpoint import CheckpointError, load_checkpoint
 from rbfm.fb.model import FBModel
 from rbfm.fb.moment import whiten
 from rbfm.fb.networks import project
@@ -300,6 +300,19 @@ def main() -> None:
         if not Path(root).exists():
             p.error(f"--dataset {domain}={root}: no such directory")
     start(p, args)
+    asked = {item.partition(":")[0] for item in args.tasks}
+    for option, given in (("--model", models), ("--dataset", datasets)):
+        if unused := sorted(set(given) - asked):
+            p.error(f"{option} {', '.join(unused)}: no --tasks of that domain")
+    # Each model loads and stores a z for each of its tasks before any episode runs.
+    for item in args.tasks:
+        domain, _, task = item.partition(":")
+        try:
+            _, meta = load_checkpoint(models.get(domain, domain), domain)
+        except CheckpointError as e:
+            p.error(f"--model {models.get(domain, domain)}: {e}")
+        if task not in meta.get("task_z", {}):
+            p.error(f"--model {models.get(domain, domain)}: stores no z for {task}")
     with appending(ROWS, HEADER) as add, RolloutEngine(0) as engine:
         for domain, task, path in demonstrated(args.tasks):
             demos = load_demos(path)

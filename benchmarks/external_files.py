@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from rbfm.atomic import atomic_write
 from rbfm.envs import DOMAINS
 
 # `rbfm demos --expert mpc`'s files, DOMAIN_TASK.npz (docs/results/external/make_demos.sh).
@@ -48,10 +50,14 @@ def start(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 def appending(path: Path, header: list[str]) -> Iterator[Callable[[list[Any]], None]]:
     """A function that appends a row to a table and flushes it (a run stopped at any moment
     keeps every row it printed), the header written when the file is new; a file with other
-    columns is refused."""
+    columns is refused, and a last row a stopped run left part-written is dropped."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    if path.exists() and path.read_text().partition("\n")[0] != ",".join(header):
+    text = path.read_text() if path.exists() else ""
+    if text and text.partition("\n")[0] != ",".join(header):
         raise SystemExit(f"{path}: written with other columns; move it aside")
+    if text and not text.endswith("\n"):
+        print(f"{path}: its last row is part-written; dropped")
+        atomic_write(path, lambda tmp: tmp.write_text(text[: text.rfind("\n") + 1]))
     new = not path.exists()
     with open(path, "a", newline="") as f:
         writer = csv.writer(f)
@@ -66,11 +72,12 @@ def appending(path: Path, header: list[str]) -> Iterator[Callable[[list[Any]], N
 
 
 def read_rows(path: Path) -> list[dict[str, str]]:
-    """A table's rows so far (none before its first run), to extend and write back whole."""
+    """A table's rows so far (none before its first run), to extend and write back whole; a
+    last row a stopped run left part-written is not one (`appending` drops it)."""
     if not path.exists():
         return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    text = path.read_text()
+    return list(csv.DictReader(io.StringIO(text[: text.rfind("\n") + 1])))
 
 
 def model_rows(path: Path) -> list[dict[str, str]]:
@@ -89,4 +96,5 @@ def write_page(page: Path, title: str, rows: Path, about: str, text: str) -> Non
     the rows it was read from, what it measures, then the table."""
     page.parent.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python", *sys.argv])
-    page.write_text(f"# {title}\n\nMade by `{command}` from `{rows}`. {about}\n\n{text}\n")
+    body = f"# {title}\n\nMade by `{command}` from `{rows}`. {about}\n\n{text}\n"
+    atomic_write(page, lambda tmp: tmp.write_text(body))

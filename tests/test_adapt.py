@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rbfm.errors import ConfigError
-from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy
+from rbfm.evaluation import EnvSpec, RolloutEngine, RolloutResult, fb_policy
 from rbfm.evaluation.sweep import sweep
 from rbfm.fb import FBModel
 from rbfm.fb.networks import project
@@ -18,11 +18,17 @@ from rbfm.inference import Demos, generate_demos
 from rbfm.inference.adapt import (
     ADAPT_SEED_OFFSET,
     AdaptConfig,
+    AdaptProblem,
+    AdaptResult,
     _block_scores,
+    _record,
     adapt,
+    adapt_many,
     clearly_better,
+    demo_states,
 )
 from rbfm.inference.expert_demos import demo_embedding
+from rbfm.policy_files import adaptation_record
 
 ENV = EnvSpec("cheetah", "run", "joint_friction", 15.0)
 
@@ -153,6 +159,39 @@ def test_the_implied_criterion_chooses_by_the_start_z_reward_and_never_reads_a_r
     assert all(torch.equal(x, y) for x, y in zip(a.candidates, d.candidates, strict=True))
 
 
+def test_the_states_criterion_matches_the_demonstrations_mean_observation(
+    model: FBModel, demos: Demos, z0: torch.Tensor
+) -> None:
+    mean, scale = demo_states(demos)
+    states = np.concatenate(list(demos.next_states()))
+    spread = torch.as_tensor(states).float().std(0)
+    torch.testing.assert_close(mean, torch.as_tensor(states).float().mean(0))  # equal lengths
+    torch.testing.assert_close(scale, spread.clamp_min(0.1 * float(spread.mean())))
+    cfg = AdaptConfig(budget=4, search="cone", criterion="states", keep="best")
+    a = adapt(model, demos, z0, ENV, cfg, seed=2)
+    other = EnvSpec("cheetah", "walk_backward", ENV.perturbation, ENV.level)
+    b = adapt(model, demos, z0, other, cfg, seed=2)
+    assert a.returns != b.returns and torch.equal(a.z, b.z) and a.observed == b.observed
+    assert a.z is a.candidates[int(np.argmin(a.observed))] and len(a.observed) == 4
+    assert adaptation_record(a, cfg, ENV)["observed"] == a.observed  # what the file keeps
+    # A candidate's distance and its blocks', recomputed from its episode.
+    with RolloutEngine(0) as eng:
+        res = eng.run([ENV], fb_policy(model, a.candidates[1][None]),
+                      seeds=[(2, ADAPT_SEED_OFFSET)], record=True)  # fmt: skip
+    assert res.trajectories is not None
+    obs = torch.as_tensor(res.trajectories[0]["observation"][1:]).float()
+    unit = lambda x: float(torch.linalg.vector_norm((x - mean) / scale))  # noqa: E731
+    assert a.observed[1] == pytest.approx(unit(obs.mean(0)), rel=1e-5)
+    assert a.blocks[1][3] == pytest.approx(unit(obs[300:400].mean(0)), rel=1e-5)
+    # Without the demonstrations' statistics the criterion cannot be computed: refused.
+    bare = AdaptProblem(project(z0, model.radius), demo_embedding(model, demos), ENV)
+    with pytest.raises(ConfigError, match="criterion 'states' and problem 0 has no"):
+        adapt_many(model, [bare], cfg)
+    flat = Demos.from_arrays("cheetah", "run", [np.ones((3, 17))], [np.zeros((2, 6))])
+    with pytest.raises(ConfigError, match="states do not vary"):
+        demo_states(flat)
+
+
 def test_the_cem_search_keeps_its_elites_mean_and_never_reads_a_reward(
     model: FBModel, demos: Demos, z0: torch.Tensor
 ) -> None:
@@ -173,6 +212,10 @@ def test_the_cem_search_keeps_its_elites_mean_and_never_reads_a_reward(
         assert torch.allclose(a.z_after(4 * g + 4), want)
     assert torch.equal(a.z, a.z_after(8)) and torch.equal(a.z_after(3), start)
     assert a.kept == [] and a.best[-1] == int(np.argmin(a.distances))
+    record = adaptation_record(a, cfg, ENV)
+    assert (record["generations"], record["population"], record["elites"]) == (2, 4, 2)
+    with pytest.raises(ConfigError, match=r"episodes: 3.5 \(valid: an integer 1..8\)"):
+        a.z_after(3.5)  # type: ignore[arg-type]
     # The second generation is drawn around the first's answer, at 0.8 of its spread.
     spread = [float((c - a.z_after(4)).norm()) for c in a.candidates[4:]]
     first = [float((c - start).norm()) for c in a.candidates[1:4]]
@@ -188,8 +231,16 @@ def test_the_cem_search_keeps_its_elites_mean_and_never_reads_a_reward(
     [
         ({"search": "cem", "keep": "clear"}, "keep: 'clear' tests the answer's episodes"),
         ({"search": "cem", "budget": 10}, r"10 is not a whole number .*multiples of 16"),
-        ({"search": "cem", "budget": 12, "states": 2, "population": 4}, "multiples of 8"),
+        ({"search": "cem", "budget": 12, "states": 2, "population": 4, "elites": 2}, "of 8"),
         ({"elites": 5, "population": 4}, "elites: 5 of a population of 4"),
+        ({"elites": 4, "population": 4}, "leave none out"),  # the criterion never read
+        ({"elites": 1, "population": 1}, "leave none out"),
+        ({"population": 8}, "population: 8 is a setting of search 'cem'; the search is 'line'"),
+        (
+            {"search": "cem", "budget": 16, "cosine": 0.5},
+            "cosine: 0.5 is a setting of search 'cone'",
+        ),
+        ({"budget": np.float64(4.0)}, "budget: np.float64"),
         ({"population": 0}, "population: 0"),
         ({"decay": 0.0}, "decay"),
         ({"budget": 0}, "budget: 0 episodes"),
@@ -209,6 +260,49 @@ def test_the_cem_search_keeps_its_elites_mean_and_never_reads_a_reward(
 def test_bad_configs_are_refused(kwargs: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         AdaptConfig(**kwargs)
+
+
+def test_numpy_counts_are_taken_as_python_integers() -> None:
+    cfg = AdaptConfig(budget=np.int64(32), search="cem", population=np.int32(16))
+    assert (cfg.budget, cfg.population) == (32, 16) and type(cfg.budget) is int
+
+
+def test_a_start_z_the_model_cannot_take_is_refused_before_any_episode(
+    model: FBModel, demos: Demos
+) -> None:
+    cfg, d = AdaptConfig(budget=1), model.cfg.z_dim
+    with pytest.raises(ConfigError, match=rf"start z is \(5,\); the model's z is \({d},\)"):
+        adapt(model, demos, torch.ones(5), ENV, cfg)
+    with pytest.raises(ConfigError, match=rf"start z is \(1, {d}\)"):
+        adapt(model, demos, torch.ones(1, d), ENV, cfg)
+    with pytest.raises(ConfigError, match="start z is ndarray"):
+        adapt(model, demos, np.ones(d), ENV, cfg)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="start z is zero"):
+        adapt(model, demos, torch.zeros(d), ENV, cfg)
+
+
+def test_an_episode_ended_at_its_first_step_is_left_out_of_the_mean(
+    model: FBModel, z0: torch.Tensor
+) -> None:
+    obs = torch.randn(4, 17, generator=torch.Generator().manual_seed(5)).numpy()
+    empty = {"observation": obs[:1], "reward": np.zeros(0)}
+    full = {"observation": obs, "reward": np.ones(3)}
+    states = (torch.zeros(17), torch.ones(17))
+    problem = AdaptProblem(z0, torch.zeros(model.cfg.z_dim), ENV, states=states)
+
+    with torch.no_grad():
+        want = model.backward_map(torch.as_tensor(obs[1:])).mean(0)
+    r = AdaptResult(z=z0, states=2)
+    n = np.array([0, 3])
+    res = RolloutResult(n.astype(float), n, n == 0, 0.0, [empty, full])
+    mu = _record(model, AdaptConfig(states=2, budget=2), r, problem, z0, res, range(2))
+    torch.testing.assert_close(mu, want)
+    # The mean observation's distance, of the full episode's states alone.
+    assert r.observed[0] == pytest.approx(float(torch.as_tensor(obs[1:]).mean(0).norm()))
+    n = np.array([0, 0])
+    res = RolloutResult(n.astype(float), n, n == 0, 0.0, [empty, empty])
+    with pytest.raises(ConfigError, match=r"every episode of candidate 1 .* at its first step"):
+        _record(model, AdaptConfig(states=2, budget=2), r, problem, z0, res, range(2))
 
 
 def test_an_environment_of_another_domain_is_refused(

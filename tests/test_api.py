@@ -42,6 +42,8 @@ def _demos() -> rbfm.Demos:
 def test_every_method_has_one_call_and_its_result_saves_loads_and_evaluates(
     model: rbfm.Model, tmp_path: Path
 ) -> None:
+    from rbfm.api import Imitation
+
     demos = _demos()
     assert model.tasks == ("run",) and model.task_z("run").shape == (model.fb.cfg.z_dim,)
     fbil = rbfm.imitate(demos, "fbil", model, steps=20)
@@ -67,6 +69,12 @@ def test_every_method_has_one_call_and_its_result_saves_loads_and_evaluates(
     assert repr(adapted).endswith("kept)")
     best = rbfm.adapt(fbil, demos, "joint_friction", 10.0, episodes=2, keep="best")
     assert best.info is not None and best.info["adaptation"]["kept"] == record["best"]
+    cem = {"search": "cem", "kept": [], "generations": 2}  # cem keeps no candidate
+    shown = Imitation("fbil", "cheetah", "run", fbil.z, model, info={"adaptation": record | cem})
+    assert repr(shown).endswith("the elites' mean of generation 2)")
+    older = record | {"search": "cem", "kept": []}  # files of before `generations`
+    shown = Imitation("fbil", "cheetah", "run", fbil.z, model, info={"adaptation": older})
+    assert repr(shown).endswith("the elites' mean)")
     assert len(repr(model)) < 200 and "cheetah, d=" in repr(model)
     # Names and paths stand for what they load.
     by_name = rbfm.imitate(demos, "fbil", model.name, steps=20)
@@ -230,9 +238,15 @@ def test_what_would_turn_into_nan_or_a_silent_zero_is_refused(
         rbfm.imitate(demos, "er", model, seed=-1)
     seeded = rbfm.imitate(demos, "er", model, seed=np.int64(2))  # numpy's integers too
     assert seeded.info is not None and type(seeded.info["seed"]) is int
+    # What the method was asked beyond its defaults is recorded, as `rbfm infer` does.
+    fit = rbfm.imitate(demos, "fbil", model, steps=5)
+    assert fit.info is not None and fit.info["overrides"] == {"steps": 5}
+    assert "overrides" not in seeded.info
+    with pytest.raises(ConfigError, match=r"Demos.sample.seed: -1 is out of range"):
+        demos.sample(1, -1)  # the command line's --seed reaches here
     with pytest.raises(ConfigError, match="pass a Demos"):
         rbfm.imitate("demos.npz", "er", model)  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match=r"evaluate.episodes: 2.5 is out of range"):
+    with pytest.raises(ConfigError, match=r"evaluate.episodes: 2.5 is not an integer"):
         rbfm.evaluate(rbfm.imitate(demos, "er", model), episodes=2.5)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"adapt.seed: -3 is out of range"):
         rbfm.adapt(rbfm.imitate(demos, "er", model), demos, episodes=1, seed=-3)

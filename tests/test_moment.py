@@ -80,6 +80,17 @@ def test_er_whitened_by_the_identity_is_er(model: FBModel, demos: Demos) -> None
     torch.testing.assert_close(result.z, warm_start(model, demos))
 
 
+def test_a_moment_set_by_hand_is_checked_as_a_stored_one(model: FBModel, demos: Demos) -> None:
+    d = model.cfg.z_dim
+    for bad, why in ((torch.zeros(d, d), "not positive definite"), (torch.eye(d + 1), "shape")):
+        model.b_moment = bad.double()
+        try:
+            with pytest.raises(ConfigError, match=f"the model's E_rho.* cannot whiten: .*{why}"):
+                infer(model, demos, "er", whiten=True)
+        finally:
+            model.b_moment = None
+
+
 def test_er_whitened_solves_against_the_models_moment(model: FBModel, demos: Demos) -> None:
     g = torch.Generator().manual_seed(3)
     a = torch.randn(model.cfg.z_dim, model.cfg.z_dim, generator=g, dtype=torch.float64)

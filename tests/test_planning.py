@@ -116,7 +116,7 @@ def test_the_command_line_says_what_is_wrong_in_one_line(
         ),
         ({"horizon": math.inf}, "mpc.horizon: inf is out of range (valid: an integer in [1, 250])"),
         ({"samples": 1e18}, "mpc.samples: 1000000000000000000 is out of range (valid: an integer"),
-        ({"horizon": 2.5}, "mpc.horizon: 2.5 is out of range (valid: an integer in [1, 250])"),
+        ({"horizon": 2.5}, "mpc.horizon: 2.5 is not an integer (valid: an integer in [1, 250])"),
         ({"noise": -1}, "mpc.noise: -1 is out of range (valid: a number in (0, 2])"),
         ({"temperature": math.nan}, "mpc.temperature: nan is out of range (valid: a number in"),
         ({"threads": True}, "mpc.threads: True is not a number (valid: an integer in [1, 256])"),

@@ -110,8 +110,14 @@ class Imitation:
             record = info["adaptation"]
             where = record["perturbation"] or "nominal"
             level = "" if record["level"] is None else f"={record['level']:g}"
-            kept = record.get("kept", record["best"])[-1]  # files before `keep`: the best
-            which = "the start z kept" if kept == 0 else f"candidate {kept} kept"
+            if record.get("search") == "cem":  # no candidate kept: the elites' mean
+                which = "the elites' mean" + (
+                    f" of generation {record['generations']}" if "generations" in record else ""
+                )
+            elif (kept := record.get("kept", record["best"])[-1]) == 0:  # old files: the best
+                which = "the start z kept"
+            else:
+                which = f"candidate {kept} kept"
             notes.append(f"adapted with {record['episodes']} episodes in {where}{level}: {which}")
         extra = "".join(f", {n}" for n in notes)
         return f"Imitation({self.method}, {self.domain}/{self.task}, {what}{extra})"
@@ -168,8 +174,8 @@ class Imitation:
 
 
 def _plain(value: Any) -> Any:
-    """numpy's integers as Python's (a seed from np.arange), checked and recorded as such."""
-    return int(value) if isinstance(value, np.integer) else value
+    """numpy's scalars as Python's (a seed from np.arange), checked and recorded as such."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 @one_torch_thread
@@ -218,7 +224,11 @@ def imitate(
                 f"imitate: demonstrations of {demos.domain} for a {model.domain} model"
             )
         res = infer(model.fb, demos, method, seed, settings=settings or "default", **overrides)
-        fit = {"converged": res.converged, "objective": res.objective, "seed": seed}
+        fit: dict[str, Any] = {"converged": res.converged, "objective": res.objective, "seed": seed}
+        if settings:
+            fit["settings"] = settings
+        if overrides:  # e.g. whiten=True: a z that differs from the method's plain one
+            fit["overrides"] = {k: _plain(v) for k, v in overrides.items()}
         return Imitation(method, demos.domain, demos.task, res.z, model, None, res.seconds, fit)
     if model is not None:
         raise ConfigError(f"imitate: {method} trains its own policy; it takes no model")
@@ -245,7 +255,8 @@ def adapt(
     it meets (`rbfm.inference.adapt`; `search` "line", "cone", or "cem", the cross-entropy
     method, for budgets of whole generations of 16 episodes; `criterion` "demos": its
     states matched to the demonstrations' in B's space, "implied": the most of its z's
-    reward B(s)^T z). `keep` "clear" (line and cone's default): the start z stays unless
+    reward B(s)^T z, "states": its mean observation matched to theirs, in units of their
+    spread). `keep` "clear" (line and cone's default): the start z stays unless
     the best candidate is better by a paired test over its episodes' blocks; "best" (cem's
     only): the search's answer whatever the margin.
     `imitation`: an `Imitation` or a file `load_imitation` reads. With no perturbation it
@@ -266,10 +277,10 @@ def adapt(
     if imitation.z is None or imitation.model is None:
         what = "a z per step" if imitation.goals is not None else "a policy network"
         raise ConfigError(f"adapt: {imitation.method} is {what}; only task vectors adapt")
-    if criterion not in ("demos", "implied"):
+    if criterion not in ("demos", "implied", "states"):
         raise ConfigError(
-            f"adapt: criterion {criterion!r} (valid: demos, implied; the reward oracle is for "
-            "reports: rbfm.inference.adapt)"
+            f"adapt: criterion {criterion!r} (valid: demos, implied, states; the reward oracle "
+            "is for reports: rbfm.inference.adapt)"
         )
     check_adapt_task(f"adapt: {imitation.method}", imitation.task, demos)
     env = EnvSpec(imitation.domain, imitation.task, perturbation, level).checked()

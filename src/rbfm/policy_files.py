@@ -259,21 +259,29 @@ def check_adapt_task(source: object, task: object, demos: Demos) -> None:
 def adaptation_record(res: AdaptResult, cfg: AdaptConfig, env: EnvSpec) -> dict[str, Any]:
     """What an adaptation did, as an adapted task vector's description records it: the
     criterion, episodes, environment, each candidate's distance and implied reward, the
-    best candidate after each, and the time."""
-    return {
-        "criterion": cfg.criterion,
-        "episodes": res.episodes,
-        "states": cfg.states,
-        "perturbation": env.perturbation,
-        "level": env.level,
-        "distances": res.distances,
-        "implied": res.implied,
-        "best": res.best,
-        "search": cfg.search,
-        "keep": cfg.keep,
-        "kept": res.kept,
-        "seconds": res.seconds,
-    }
+    best candidate after each, which z it kept (cem: its generations and elites), and the
+    time."""
+    cem = {"population": cfg.population, "elites": cfg.elites,
+           "generations": res.episodes // (cfg.states * cfg.population)}  # fmt: skip
+    observed = {"observed": res.observed} if res.observed else {}  # criterion "states"
+    return (
+        (cem if cfg.search == "cem" else {})
+        | observed
+        | {
+            "criterion": cfg.criterion,
+            "episodes": res.episodes,
+            "states": cfg.states,
+            "perturbation": env.perturbation,
+            "level": env.level,
+            "distances": res.distances,
+            "implied": res.implied,
+            "best": res.best,
+            "search": cfg.search,
+            "keep": cfg.keep,
+            "kept": res.kept,
+            "seconds": res.seconds,
+        }
+    )
 
 
 def adapt_to_file(
@@ -309,7 +317,14 @@ def adapt_to_file(
     where = "nominal" if env.level is None else f"{env.perturbation}={env.level:g}"
     return (
         f"{label}: z written to {out} ({res.episodes} episodes in {where}, {res.seconds:.1f} "
-        f"s); {_which_kept(res, cfg)}; B distance to the demonstrations "
+        f"s); {_which_kept(res, cfg)}; "
+        + (
+            f"mean observation's distance {res.observed[0]:.3f} at the start z, "
+            f"{res.observed[res.best[-1]]:.3f} at the best; "
+            if res.observed
+            else ""
+        )
+        + "B distance to the demonstrations "
         f"{res.distances[0]:.3f} at the start z, {res.distances[res.best[-1]]:.3f} at the "
         f"best; implied reward {res.implied[0]:.3f} and {res.implied[res.best[-1]]:.3f}"
     )

@@ -43,9 +43,9 @@ OPTIONS: dict[str, Opt] = {
     "cuda_graph": Opt("on a GPU, replay the update as one CUDA graph (docs/benchmarks.md)", bool),
     "dataset": Opt("infer the tasks' z from this dataset (default: the checkpoint's stored z)"),
     "criterion": Opt(
-        "adaptation's choice: demos (B distance), implied (the start z's reward), reward "
-        "(the task's: the oracle, an upper bound for reports, not a method)",
-        extra={"choices": ["demos", "implied", "reward"]},
+        "adaptation's choice: demos (B distance), implied (the start z's reward), states (mean "
+        "observation), reward (the task's: the oracle, an upper bound for reports)",
+        extra={"choices": ["demos", "implied", "states", "reward"]},
     ),
     "cosine": Opt("the cone search's cosine of each candidate to the start z", float),
     "keep": Opt("clear: z unless clearly beaten (line, cone); best (cem)", extra=_KEEP),

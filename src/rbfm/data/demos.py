@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from rbfm.atomic import atomic_write
+from rbfm.checks import in_range
 from rbfm.envs import get_domain
 from rbfm.envs.domains import DomainSpec
 from rbfm.errors import ConfigError, DatasetError
@@ -161,6 +162,8 @@ class Demos:
 
     def sample(self, n: int, seed: int) -> Demos:
         """n episodes drawn at random (without replacement) from seed."""
+        seed = int(seed) if isinstance(seed, np.integer) else seed
+        in_range("Demos.sample", "seed", seed, 0, integer=True)
         if not 0 < n <= self.num_episodes:
             source = self.meta.get("path", f"{self.domain}/{self.task} demonstrations")
             raise ConfigError(

@@ -378,6 +378,11 @@ def _adapt_config(entry: AdaptEntry, where: str, labels: set[str]) -> dict[str, 
         )
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from e
+    if cfg.criterion == "states":
+        raise ConfigError(
+            f"{where}.criterion: 'states' is rbfm.adapt's; a stage's records keep B's distances "
+            "and implied rewards, not its (valid in stages: demos, implied, reward)"
+        )
     if cfg.search == "cem":
         raise ConfigError(
             f"{where}.search: 'cem' answers its elites' mean, not one of its candidates, and "

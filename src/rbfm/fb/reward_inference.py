@@ -72,7 +72,9 @@ def export_with_task_z(
     selection's), else inferred now from `dataset` (seed 1). `dataset` also names the
     model's data, whatever path the run recorded; `fp16` halves the file. Where the data
     is on the machine (`dataset`, or the path the run recorded) the description also
-    stores E_rho[B B^T] (`rbfm.fb.moment`), computed from the weights as stored."""
+    stores E_rho[B B^T] (`rbfm.fb.moment`), computed from the weights as stored; without
+    the data, a moment the source's description stores is kept as it is (its weights':
+    after `fp16` rounding it differs by ~1e-4 relative)."""
     data = None if dataset is None else dataset_name(find_buffer(Path(dataset)))
     model, meta = load_checkpoint(checkpoint)
     dtype = torch.float16 if fp16 else None

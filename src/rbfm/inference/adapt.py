@@ -39,6 +39,18 @@ place of the task's: on cheetah the cone's oracle gained 1.20x at the two strong
 levels while the distance chose no better than FB-IL (docs/results/adapting.md), so the
 better candidates were there and the distance did not rank them.
 
+A third, `criterion="states"`, leaves the model's features: the distance of the mean
+observation of pi_z's episodes to the demonstrations', each dimension divided by the
+demonstrations' spread (floored at a tenth of its mean, so that a dimension they hold
+constant does not dominate). On the planner's demonstrations B's distance puts the
+stored z (the model given the task's reward) farther than ER-FB's z on every seed of
+walker walk and quadruped walk, stand and jump, and this one closer on 19 of those 20
+seeds; on cheetah run it is the reverse (B's 5 of 5, this 1 of 5). Followed by the cem
+search it returned less than B's distance on cheetah and as much on walker walk and
+quadruped (docs/results/external/README.md,
+`benchmarks/reward_free_signals.py` and `benchmarks/adapt_cem.py`), so it is a choice,
+not the default; stages refuse it, as their records keep B's distances.
+
 A second search, `search="cone"`, samples instead of stepping: after the start z, each
 candidate is z0 rotated by a fixed angle (cosine `cosine` to z0, 0.9 by default) towards
 a random direction orthogonal to it, drawn from (seed, ADAPT_SEED_OFFSET). The line
@@ -95,10 +107,12 @@ from rbfm.fb.networks import project
 from rbfm.inference.expert_demos import demo_embedding
 
 # Each criterion's name in results and task-vector files (`adapt-k5`, `oracle-k5`, ...).
-CRITERION_LABELS = {"demos": "adapt", "implied": "implied", "reward": "oracle"}
+CRITERION_LABELS = {"demos": "adapt", "implied": "implied", "states": "states", "reward": "oracle"}
 CRITERIA = tuple(CRITERION_LABELS)
 SEARCHES = ("line", "cone", "cem")
 KEEPS = ("clear", "best")
+# AdaptConfig's counts (integers >= 1), each with its unit in messages.
+COUNTS = {"budget": " episodes", "states": "", "population": "", "elites": "", "block": " steps"}
 # Adaptation episode k of seed s starts from initial state (s, ADAPT_SEED_OFFSET + k);
 # evaluation uses (s, k) with k < its episode count, far below this.
 ADAPT_SEED_OFFSET = 1_000_000
@@ -127,12 +141,14 @@ class AdaptConfig:
     decay: float = 0.8  # cem: the spread's factor per generation
 
     def __post_init__(self) -> None:
-        if isinstance(self.budget, bool) or not isinstance(self.budget, int) or self.budget < 1:
-            raise ConfigError(f"budget: {self.budget!r} episodes (valid: an integer >= 1)")
+        for name, unit in COUNTS.items():
+            value = getattr(self, name)
+            if isinstance(value, np.integer):  # a count from numpy, recorded as Python's
+                object.__setattr__(self, name, value := int(value))
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name}: {value!r}{unit} (valid: an integer >= 1)")
         in_range("AdaptConfig", "step", self.step, 0.0, 2.0, open_low=True, open_high=False)
         in_range("AdaptConfig", "shrink", self.shrink, 0.0, 1.0, open_low=True, open_high=True)
-        if isinstance(self.states, bool) or not isinstance(self.states, int) or self.states < 1:
-            raise ConfigError(f"states: {self.states!r} (valid: an integer >= 1)")
         if self.budget % self.states:
             raise ConfigError(
                 f"states: {self.states} episodes per candidate do not divide the budget of "
@@ -148,16 +164,24 @@ class AdaptConfig:
             object.__setattr__(self, "keep", "best" if self.search == "cem" else "clear")
         if self.keep not in KEEPS:
             raise ConfigError(f"keep: {self.keep!r} (valid: {', '.join(KEEPS)})")
-        for name in ("population", "elites"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name}: {value!r} (valid: an integer >= 1)")
-        if self.elites > self.population:
+        if self.elites >= self.population:
+            # All of a generation averaged: the next mean would not read the criterion.
             raise ConfigError(
-                f"elites: {self.elites} of a population of {self.population} (valid: "
-                f"1..{self.population})"
+                f"elites: {self.elites} of a population of {self.population} leave none out "
+                f"(valid: a population >= 2 and elites 1..population - 1)"
             )
         in_range("AdaptConfig", "decay", self.decay, 0.0, 1.0, open_low=True, open_high=False)
+        # A setting of another search would be silently ignored: refused.
+        for name, owner in (
+            ("cosine", "cone"),
+            *((n, "cem") for n in ("population", "elites", "decay")),
+        ):
+            if self.search != owner and getattr(self, name) != getattr(AdaptConfig, name):
+                raise ConfigError(
+                    f"{name}: {getattr(self, name)!r} is a setting of search {owner!r}; the "
+                    f"search is {self.search!r} (valid: the default, "
+                    f"{getattr(AdaptConfig, name)!r})"
+                )
         if self.search == "cem":
             if self.keep == "clear":
                 raise ConfigError(
@@ -172,8 +196,6 @@ class AdaptConfig:
                     f"of {self.population} candidates x {self.states} episodes (valid: "
                     f"multiples of {per})"
                 )
-        if isinstance(self.block, bool) or not isinstance(self.block, int) or self.block < 1:
-            raise ConfigError(f"block: {self.block!r} steps (valid: an integer >= 1)")
         in_range("AdaptConfig", "alpha", self.alpha, 0.0, 0.5, open_low=True, open_high=True)
 
 
@@ -185,6 +207,8 @@ class AdaptProblem:
     target: torch.Tensor  # (d,): `demo_embedding` of the demonstrations
     env: EnvSpec
     seed: int = 0
+    # `demo_states` of the demonstrations: criterion "states" needs them.
+    states: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 @dataclass
@@ -194,6 +218,8 @@ class AdaptResult:
     candidates: list[torch.Tensor] = field(default_factory=list)
     distances: list[float] = field(default_factory=list)  # d of each candidate
     implied: list[float] = field(default_factory=list)  # mean B(s)^T z0 of each candidate
+    # Each candidate's "states" distance; empty without the demonstrations' `demo_states`.
+    observed: list[float] = field(default_factory=list)
     # Each candidate's mean task return: recorded for reports; the reward-free search
     # never reads it (tested by adapting on another task's reward).
     returns: list[float] = field(default_factory=list)
@@ -214,9 +240,35 @@ class AdaptResult:
     def z_after(self, episodes: int) -> torch.Tensor:
         """The answer of the same search stopped after `episodes` episodes (of the
         candidates whose episodes all fit; cem's, after its last whole generation)."""
-        if not self.states <= episodes <= self.episodes:
-            raise ConfigError(f"episodes: {episodes} (valid: {self.states}..{self.episodes})")
+        episodes = int(episodes) if isinstance(episodes, np.integer) else episodes
+        if not isinstance(episodes, int) or not self.states <= episodes <= self.episodes:
+            raise ConfigError(
+                f"episodes: {episodes!r} (valid: an integer {self.states}..{self.episodes})"
+            )
         return self.answers[episodes // self.states - 1]
+
+
+def demo_states(demos: Demos) -> tuple[torch.Tensor, torch.Tensor]:
+    """The demonstrations' mean observation (mean over episodes of mean_t s_{t+1}, as
+    `demo_embedding`'s B) and the scale criterion "states" divides each dimension by: their
+    spread over every state, floored at a tenth of its mean."""
+    states = [torch.as_tensor(s, dtype=torch.float32) for s in demos.next_states()]
+    spread = torch.cat(states).std(0)
+    if not float(spread.mean()) > 0:
+        raise ConfigError(
+            f"adapt: the {demos.domain}/{demos.task} demonstrations' states do not vary, so "
+            "criterion 'states' has no scale (valid: demonstrations of two or more states)"
+        )
+    mean = torch.stack([s.mean(0) for s in states]).mean(0)
+    return mean, spread.clamp_min(0.1 * float(spread.mean()))
+
+
+def _standard_distance(
+    observations: torch.Tensor, states: tuple[torch.Tensor, torch.Tensor]
+) -> torch.Tensor:
+    """|| (mean - the demonstrations' mean) / their scale || of each row of means."""
+    mean, scale = states
+    return torch.linalg.vector_norm((observations - mean) / scale, dim=-1)
 
 
 def _features(model: FBModel, observations: np.ndarray) -> torch.Tensor:
@@ -235,11 +287,13 @@ def _block_scores(  # type: ignore[no-untyped-def]
     rows: range,
     n: np.ndarray,
     slots: int,
+    states: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> list[float]:
     """The criterion on each whole block of `cfg.block` steps of the candidate's episodes,
     in episode then time order, signed so that lower is better: the B distance of the
-    block's mean to the demonstrations', minus the block's mean implied reward, or minus
-    its return (the oracle). Each episode has `slots` places, its length's at full length,
+    block's mean to the demonstrations', minus the block's mean implied reward, the
+    "states" distance of its mean observation (`states`: `demo_states`), or minus its
+    return (the oracle). Each episode has `slots` places, its length's at full length,
     so that place j is the same (episode, block) for every candidate: the blocks an
     episode ended early (a physics failure) did not reach are NaN, as is a trailing part
     block's place."""
@@ -249,6 +303,11 @@ def _block_scores(  # type: ignore[no-untyped-def]
         if cfg.criterion == "reward":
             per = -np.asarray(traj[e]["reward"][: n[e]][:whole], dtype=np.float64)
             mine = per.reshape(-1, cfg.block).sum(1).tolist()
+        elif cfg.criterion == "states":
+            assert states is not None
+            obs = torch.as_tensor(traj[e]["observation"][1 : n[e] + 1][:whole], dtype=torch.float32)
+            means = obs.reshape(-1, cfg.block, obs.shape[1]).mean(1)
+            mine = _standard_distance(means, states).tolist()
         else:
             means = f[:whole].reshape(-1, cfg.block, f.shape[1]).mean(1)
             if cfg.criterion == "demos":
@@ -297,10 +356,25 @@ def adapt_many(
     if others:
         raise ConfigError(f"adapt: one call adapts one domain's problems ({domain}, not {others})")
     _check_model(model, domain)
+    d = model.cfg.z_dim
     for i, p in enumerate(problems):
+        for what, t in (("start z", p.z), ("demonstrations' mean B", p.target)):
+            shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            if shape != (d,):
+                raise ConfigError(
+                    f"adapt: problem {i}'s {what} is {shape}; the model's z is ({d},) (valid: a "
+                    f"finite ({d},) torch tensor); no episode run"
+                )
         if not (torch.isfinite(p.z).all() and torch.isfinite(p.target).all()):
             what = "start z" if not torch.isfinite(p.z).all() else "demonstrations' mean B"
             raise ConfigError(f"adapt: problem {i}'s {what} is not finite; no episode run")
+        if cfg.criterion == "states" and p.states is None:
+            raise ConfigError(
+                f"adapt: criterion 'states' and problem {i} has no demonstrations' states "
+                "(AdaptProblem.states: rbfm.inference.adapt.demo_states); no episode run"
+            )
+        if not float(torch.linalg.vector_norm(p.z)) > 0:
+            raise ConfigError(f"adapt: problem {i}'s start z is zero; no episode run")
     length = get_domain(domain).episode_length
     if cfg.keep == "clear" and length // cfg.block < 2:
         raise ConfigError(
@@ -386,21 +460,39 @@ def _record(
     rows: range,
 ) -> torch.Tensor:
     """Adds a candidate and what its episodes (`rows` of `res`) showed to `r`; returns the
-    mean over its episodes of mean_t B(s_t)."""
+    mean over its episodes of mean_t B(s_t). Episodes a physics failure ended at their
+    first step have no state and are left out of the mean (their blocks stay missing, so
+    the candidate is never clearly better); a candidate with no state at all is refused."""
     assert res.trajectories is not None
     traj, n = res.trajectories, res.lengths
     feats = [_features(model, traj[e]["observation"][1 : n[e] + 1]) for e in rows]
-    mu = torch.stack([f.mean(0) for f in feats]).mean(0)
+    seen = [f.mean(0) for f in feats if len(f)]
+    if not seen:
+        raise ConfigError(
+            f"adapt: every episode of candidate {len(r.candidates)} in {p.env} ended by a "
+            "physics failure at its first step: the environment cannot run pi_z there"
+        )
+    mu = torch.stack(seen).mean(0)
     distance = float(torch.linalg.vector_norm(p.target.cpu().float() - mu))
     if not math.isfinite(distance):
-        raise ConfigError(f"adapt: B of {p.env} rollout states is not finite")
+        raise ConfigError(
+            f"adapt: the model's B of the states pi_z visited in {p.env} is not finite"
+        )
     r.candidates.append(cand)
     r.distances.append(distance)
     r.implied.append(float(mu @ r.candidates[0]))
+    if p.states is not None:
+        obs = [torch.as_tensor(traj[e]["observation"][1 : n[e] + 1], dtype=torch.float32)
+               for e in rows if n[e] > 0]  # fmt: skip
+        r.observed.append(
+            float(_standard_distance(torch.stack([o.mean(0) for o in obs]).mean(0), p.states))
+        )
     r.returns.append(float(res.returns[rows.start : rows.stop].mean()))
     r.unstable += int(res.unstable[rows.start : rows.stop].sum())
     slots = get_domain(p.env.domain).episode_length // cfg.block
-    r.blocks.append(_block_scores(cfg, p.target, r.candidates[0], feats, traj, rows, n, slots))
+    r.blocks.append(
+        _block_scores(cfg, p.target, r.candidates[0], feats, traj, rows, n, slots, p.states)
+    )
     return mu
 
 
@@ -409,6 +501,7 @@ def _scores(cfg: AdaptConfig, r: AdaptResult) -> list[float]:
     return {
         "demos": r.distances,
         "implied": [-x for x in r.implied],
+        "states": r.observed,
         "reward": [-x for x in r.returns],
     }[cfg.criterion]
 
@@ -488,11 +581,14 @@ def adapt(
     progress: bool = False,
 ) -> AdaptResult:
     """Adapts `z` (from any inference method) with `cfg.budget` episodes in `env`, matching
-    the demonstrations' states in B's space; never reads a reward (but for the oracle)."""
+    the demonstrations' states in B's space (or their observations' mean: criterion
+    "states"); never reads a reward (but for the oracle)."""
     if demos.domain != env.domain:
         raise ConfigError(
             f"adapt: demonstrations of {demos.domain} for an environment of {env.domain}"
         )
     _check_model(model, env.domain)
-    problem = AdaptProblem(z, demo_embedding(model, demos), env, seed)
-    return adapt_many(model, [problem], cfg or AdaptConfig(), engine, progress)[0]
+    cfg = cfg or AdaptConfig()
+    states = demo_states(demos) if cfg.criterion == "states" else None
+    problem = AdaptProblem(z, demo_embedding(model, demos), env, seed, states)
+    return adapt_many(model, [problem], cfg, engine, progress)[0]

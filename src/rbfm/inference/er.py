@@ -29,7 +29,7 @@ from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError
 from rbfm.fb.checkpoint import CheckpointError, installed_models, model_name, read_meta
 from rbfm.fb.model import FBModel
-from rbfm.fb.moment import whiten
+from rbfm.fb.moment import read_moment, whiten
 from rbfm.fb.networks import project
 from rbfm.inference.common import InferenceResult
 from rbfm.inference.expert_demos import demo_embedding, warm_start
@@ -60,6 +60,10 @@ def infer(
     started = time.perf_counter()
     if cfg.whiten:
         assert model.b_moment is not None
+        try:  # a moment set on the model by hand is checked as a description's is
+            read_moment({"matrix": model.b_moment.detach().cpu().numpy()}, model.cfg.z_dim)
+        except ValueError as e:
+            raise ConfigError(f"er: the model's E_rho[B B^T] cannot whiten: {e}") from None
         z = project(whiten(model.b_moment, demo_embedding(model, demos)), model.radius)
     else:
         z = warm_start(model, demos)
