@@ -930,7 +930,9 @@ def test_adaptation_is_an_axis_of_cells_evaluated_at_each_budget(
     with pytest.raises(ConfigError, match=r"adapt\[0\].search: 'cem' answers its elites' mean"):
         plan(from_dict({**data, "adapt": [{"budget": 16, "evaluate": [16], "search": "cem"}]}))
     with pytest.raises(ConfigError, match=r"adapt\[0\].criterion: 'states' is rbfm.adapt's"):
-        plan(from_dict({**data, "adapt": [{"criterion": "states"}]}))
+        plan(
+            from_dict({**data, "adapt": [{"budget": 10, "evaluate": [10], "criterion": "states"}]})
+        )
 
 
 def test_a_truncated_model_is_refused_before_anything_is_written(
