@@ -47,6 +47,7 @@ from rbfm.fb.context import demo_inputs
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
 from rbfm.inference import Demos, load_demos
+from rbfm.inference.adapt import demo_states
 from rbfm.inference.expert_demos import demo_embedding, warm_start
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -109,15 +110,14 @@ def mmd(x: torch.Tensor, y: torch.Tensor, width: float) -> float:
 
 class Distances:
     """The CRITERIA between a set of episodes' states and one seed's demonstrations.
-    Observations are standardised by the demonstrations' per-dimension spread, floored at
-    a tenth of its mean so that a dimension the demonstrations hold constant does not
-    dominate; each kernel's width is the median distance between demonstrated states."""
+    Observations are standardised as criterion "states" does (`demo_states`: the
+    demonstrations' per-dimension spread, floored at a tenth of its mean); each kernel's
+    width is the median distance between demonstrated states."""
 
     def __init__(self, model: FBModel, demos: Demos) -> None:
         self.model = model
-        obs = torch.as_tensor(np.concatenate([s for s in demos.next_states()]))
-        self.mean, std = obs.mean(0), obs.std(0)
-        self.std = std.clamp_min(0.1 * float(std.mean()))
+        obs = torch.as_tensor(np.concatenate(list(demos.next_states())), dtype=torch.float32)
+        self.mean, self.std = demo_states(demos)  # criterion "states"'s own statistics
         self.obs, self.b = _rows(self._standard(obs), 0), _rows(self._b(obs), 0)
         self.width = {"obs": _median_distance(self.obs), "b": _median_distance(self.b)}
         self.target = demo_embedding(model, demos)
@@ -130,7 +130,9 @@ class Distances:
         return self.model.backward_map(obs)
 
     def __call__(self, trajectories: list[dict[str, np.ndarray]]) -> dict[str, float]:
-        obs = torch.as_tensor(np.concatenate([t["observation"][1:] for t in trajectories]))
+        obs = torch.as_tensor(
+            np.concatenate([t["observation"][1:] for t in trajectories]), dtype=torch.float32
+        )
         return {
             "b_mean": float((episodes_mean_b(self.model, trajectories) - self.target).norm()),
             "obs_mean": float(self._standard(obs).mean(0).norm()),
