@@ -51,6 +51,8 @@ CONFIG = AdaptConfig(budget=96, search="cem")  # 6 generations of 16, elites 4, 
 POPULATION = CONFIG.population
 CRITERIA = ("demos", "states")
 EVALUATED = (32, 64, 96)  # episodes after which the answer is evaluated
+_RATIO = "{:.2f}x [{:.2f}, {:.2f}]"  # return over the stored z's, IQM [95% CI]
+_SHARE = "{:.1f}% [{:.1f}, {:.1f}]"  # share of the planner's return
 
 
 def evaluate(engine: RolloutEngine, model: FBModel, spec: EnvSpec, z: torch.Tensor) -> float:
@@ -62,47 +64,73 @@ def rows_file(criterion: str) -> Path:
     return ROWS if criterion == "demos" else ROWS.with_name(f"rows-{criterion}.csv")
 
 
+def _complete(rows: list[dict[str, str]], budgets: list[int]) -> tuple[list[str], list[int]]:
+    """The tasks of `rows` with a (task, seed) at every budget, and the seeds all of them
+    share: a run under way has the others in part."""
+    have = {(r["task"], int(r["seed"]), int(r["episodes"])) for r in rows}
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    done = {t: {s for (u, s, _) in have if u == t and all((t, s, b) in have for b in budgets)}
+            for t in tasks}  # fmt: skip
+    tasks = [t for t in tasks if done[t]]
+    seeds = sorted(set.intersection(*(done[t] for t in tasks))) if tasks else []
+    return tasks, seeds
+
+
+def _iqm_row(label: str, value: dict[tuple[str, int, int], float], tasks: list[str],
+             seeds: list[int], budgets: list[int], fmt: str) -> str:  # fmt: skip
+    """A table row: per budget, the IQM over (task, seed) of `value` with its stratified
+    bootstrap 95% CI (tasks are the strata)."""
+    iqm = stratified_iqm({str(b): np.array([[value[t, s, b] for t in tasks] for s in seeds])
+                          for b in budgets})  # fmt: skip
+    cells = [fmt.format(*iqm[str(b)]) for b in budgets]
+    return f"| {label} ({len(tasks)}, {len(seeds)}) | " + " | ".join(cells) + " |"
+
+
 def table(path: Path) -> str:
-    """Per domain, IQM over (task, seed) of return over the stored z's, at each budget;
-    then per task, the mean share of the planner's return."""
+    """Per domain, then over every task measured, IQM over (task, seed) of the return over
+    the stored z's at each budget; over every task, the share of the planner's return too
+    (the measure `rbfm.imitate`'s default is chosen by); then per task, the mean share of
+    the planner's return."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     budgets = sorted({int(r["episodes"]) for r in rows})
-    lines = ["| domain (tasks, seeds) | " + " | ".join(
-        "ER-FB (offline)" if b == 0 else f"CEM, {b} episodes" for b in budgets) + " |",
-        "| --- | " + " | ".join("---" for _ in budgets) + " |"]  # fmt: skip
+    head = ["ER-FB (offline)" if b == 0 else f"CEM, {b} episodes" for b in budgets]
+    lines = ["| domain (tasks, seeds) | " + " | ".join(head) + " |",
+             "| --- | " + " | ".join("---" for _ in budgets) + " |"]  # fmt: skip
+    # Per (domain, task, seed, budget), the last row counts (a seed stopped part-way ran again).
+    over = {(r["domain"], r["task"], int(r["seed"]), int(r["episodes"])):
+            float(r["return"]) / float(r["stored_return"]) for r in rows}  # fmt: skip
+    share = {(r["domain"], r["task"], int(r["seed"]), int(r["episodes"])): float(r["share"])
+             for r in rows}  # fmt: skip
     for domain in dict.fromkeys(r["domain"] for r in rows):
-        sel = [r for r in rows if r["domain"] == domain]
-        tasks = list(dict.fromkeys(r["task"] for r in sel))
-        per = {(r["task"], int(r["seed"]), int(r["episodes"])):
-               float(r["return"]) / float(r["stored_return"]) for r in sel}  # fmt: skip
-        # The (task, seed)s with every budget; a run under way has the others in part.
-        done = {t: {s for (u, s, _) in per if u == t and all((t, s, b) in per for b in budgets)}
-                for t in tasks}  # fmt: skip
-        tasks = [t for t in tasks if done[t]]
-        seeds = sorted(set.intersection(*(done[t] for t in tasks))) if tasks else []
-        if not seeds:
-            continue
-        scores = {str(b): np.array([[per[t, s, b] for t in tasks] for s in seeds])
-                  for b in budgets}  # fmt: skip
-        iqm = stratified_iqm(scores)
-        cells = [f"{iqm[str(b)][0]:.2f}x [{iqm[str(b)][1]:.2f}, {iqm[str(b)][2]:.2f}]"
-                 for b in budgets]  # fmt: skip
-        lines.append(f"| {domain} ({len(tasks)}, {len(seeds)}) | " + " | ".join(cells) + " |")
+        tasks, seeds = _complete([r for r in rows if r["domain"] == domain], budgets)
+        if seeds:
+            value = {(t, s, b): over[domain, t, s, b] for t in tasks for s in seeds
+                     for b in budgets}  # fmt: skip
+            lines.append(_iqm_row(domain, value, tasks, seeds, budgets, _RATIO))
+    # Every task measured: a task is (domain, task), named as one string for _complete.
+    named = [r | {"task": f"{r['domain']} {r['task']}"} for r in rows]
+    tasks, seeds = _complete(named, budgets)
+    if len({t.split()[0] for t in tasks}) > 1 and seeds:
+        key = {t: tuple(t.split()) for t in tasks}
+        for label, source, fmt in (("all", over, _RATIO), ("all, share of the planner", share,
+                                                           _SHARE)):  # fmt: skip
+            value = {(t, s, b): source[(*key[t], s, b)] for t in tasks for s in seeds
+                     for b in budgets}  # fmt: skip
+            lines.append(_iqm_row(label, value, tasks, seeds, budgets, fmt))
     # Per task: mean over seeds of the share of the planner's return, and the stored z's.
     lines += ["", "| task | seeds | " + " | ".join(
         "ER-FB" if b == 0 else f"CEM, {b}" for b in budgets) + " | stored z |",
         "| --- | --- | " + " | ".join("---" for _ in budgets) + " | --- |"]  # fmt: skip
     for domain, task in dict.fromkeys((r["domain"], r["task"]) for r in rows):
         sel = [r for r in rows if (r["domain"], r["task"]) == (domain, task)]
-        # Per budget and seed, the last row counts (a seed stopped part-way ran again).
-        share = {b: list({r["seed"]: float(r["share"]) for r in sel
-                          if int(r["episodes"]) == b}.values()) for b in budgets}  # fmt: skip
+        per = {b: [v for (d, t, _, e), v in share.items() if (d, t, e) == (domain, task, b)]
+               for b in budgets}  # fmt: skip
         # The stored z's share of each seed's demonstrations: its return over theirs.
         ratio = list({r["seed"]: float(r["stored_return"]) / float(r["return"]) * float(r["share"])
                       for r in sel if int(r["episodes"]) == 0}.values())  # fmt: skip
-        cells = [f"{np.mean(share[b]):.1f}%" if share[b] else "-" for b in budgets]
-        lines.append(f"| {domain} {task} | {len(share[0])} | " + " | ".join(cells)
+        cells = [f"{np.mean(per[b]):.1f}%" if per[b] else "-" for b in budgets]
+        lines.append(f"| {domain} {task} | {len(per[0])} | " + " | ".join(cells)
                      + f" | {np.mean(ratio):.1f}% |")  # fmt: skip
     return "\n".join(lines)
 
