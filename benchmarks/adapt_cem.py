@@ -52,7 +52,7 @@ POPULATION = CONFIG.population
 CRITERIA = ("demos", "states")
 EVALUATED = (32, 64, 96)  # episodes after which the answer is evaluated
 _RATIO = "{:.2f}x [{:.2f}, {:.2f}]"  # return over the stored z's, IQM [95% CI]
-_SHARE = "{:.1f}% [{:.1f}, {:.1f}]"  # share of the planner's return
+_SHARE = "{:.1f} [{:.1f}, {:.1f}]%"  # share of the planner's return
 
 
 def evaluate(engine: RolloutEngine, model: FBModel, spec: EnvSpec, z: torch.Tensor) -> float:
