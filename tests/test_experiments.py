@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import re
@@ -17,9 +18,9 @@ import numpy as np
 import pytest
 import torch
 
-from rbfm.data.demos import load_demos
+from rbfm.data.demos import content_sha256, load_demos, save_demos
 from rbfm.envs import TASKS
-from rbfm.errors import ConfigError
+from rbfm.errors import ConfigError, DatasetError
 from rbfm.experiments import LocalExecutor, from_dict, plan, read_table, run_experiment
 from rbfm.experiments.certificate import heavy_certificates, tv_certificates
 from rbfm.experiments.plan import EvalCell, InferCell, Plan
@@ -311,6 +312,41 @@ def test_rerun_skips_finished_cells(checkpoint: str, tmp_path: Path) -> None:
     assert relabelled.skipped == 38 and sum(relabelled.computed.values()) == 0
     with (tmp_path / "results.csv").open() as f:
         assert {row["dataset"] for row in csv.DictReader(f)} == {"rnd-v1"}
+
+
+def test_cells_read_from_other_demonstrations_are_refused_or_computed_again(
+    checkpoint: str, tmp_path: Path
+) -> None:
+    """A cell's id names its demonstrations' recipe, not their bits, which a CPU with other
+    vector units changes: a finished inference that read other bits than the file now
+    holds is refused before anything is computed, or with forget_stale computed again
+    with every cell built on it, and the other task's cells are kept."""
+    spec = from_dict(smoke_dict(checkpoint))
+    run_experiment(spec, tmp_path, LocalExecutor(0), progress=False)
+    p = plan(spec)
+    (walk,) = [d for d in p.demos if d.task == "walk"]
+    path = tmp_path / "demos" / f"{walk.id}.npz"
+    demos = load_demos(path, "cheetah")
+    action = demos.action.copy()
+    action[0, 0] = np.nextafter(action[0, 0], np.float32(2))  # the last bit of one action
+    save_demos(path, dataclasses.replace(demos, action=action))
+    cells = sorted((tmp_path / "cells").rglob("*.json"))
+    stamps = {c: c.stat().st_mtime_ns for c in cells}
+    with pytest.raises(DatasetError, match=rf"{walk.id}\.npz holds other .* than 4 .*forget-stale"):
+        run_experiment(spec, tmp_path, LocalExecutor(0), progress=False)
+    assert stamps == {c: c.stat().st_mtime_ns for c in sorted((tmp_path / "cells").rglob("*.json"))}
+
+    again = run_experiment(spec, tmp_path, LocalExecutor(0), progress=False, forget_stale=True)
+    assert again.computed == {"demos": 0, "infer": 4, "eval": 8, "ceiling": 0, "certificate": 4}
+    assert again.skipped == 38 - 16
+    walks = {i.id for i in p.infers if i.demos.id == walk.id}
+    kept = [c for c in cells if c.stem not in walks and "infer" in c.parts]
+    assert len(kept) == 4 and all(c.stat().st_mtime_ns == stamps[c] for c in kept)
+    for i in p.infers:
+        recorded = json.loads((tmp_path / "cells" / "infer" / f"{i.id}.json").read_text())
+        on_file = load_demos(tmp_path / "demos" / f"{i.demos.id}.npz", "cheetah")
+        assert recorded["demos_sha256"] == content_sha256(on_file)
+    assert sum(run_experiment(spec, tmp_path, LocalExecutor(0), False).computed.values()) == 0
 
 
 def test_a_killed_run_resumes_to_the_uninterrupted_table(checkpoint: str, tmp_path: Path) -> None:

@@ -53,6 +53,7 @@ OPTIONS: dict[str, Opt] = {
     "device": Opt("torch device, e.g. cpu or cuda:1 (default: cuda if available, else cpu)"),
     "domain": Opt("DMC domain"),
     "dry_run": Opt("validate and print the plan only", bool),
+    "forget_stale": Opt("compute again finished cells whose demonstrations changed", bool),
     "dynamics": Opt(
         "each episode under physics drawn per episode (default: nominal); train: docs/models.md",
         extra={"choices": ["train"]},

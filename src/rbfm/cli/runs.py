@@ -46,6 +46,7 @@ def quickstart(args: argparse.Namespace) -> None:
     eval_batch=Use(check="count"),
     figures=False,
     dry_run=False,
+    forget_stale=False,
     quiet=False,
 )
 def experiment(args: argparse.Namespace) -> None:

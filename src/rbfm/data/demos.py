@@ -9,6 +9,7 @@ demonstrations by rollouts of a model is `rbfm.inference.generate_demos`.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -197,6 +198,17 @@ class Demos:
     def next_states(self) -> list[np.ndarray]:
         """s_{t+1}, t = 0..T-1, of each episode (for the warm start)."""
         return [obs[1:] for obs in self.observations()]
+
+
+def content_sha256(demos: Demos) -> str:
+    """SHA-256 of the episodes' arrays (each name, then its bytes, in name order), not of
+    the description: what an inference reads. Rollouts regenerated on a CPU with other
+    vector units can differ in their last bits, and this names the difference."""
+    h = hashlib.sha256()
+    for k in sorted(_KEYS):
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(getattr(demos, k)).tobytes())
+    return h.hexdigest()
 
 
 def save_demos(path: str | os.PathLike[str], demos: Demos) -> Path:

@@ -39,8 +39,9 @@ from tqdm import tqdm
 
 from rbfm import checks
 from rbfm.atomic import atomic_write, beside, check_pair, stem_of
-from rbfm.data.demos import Demos, load_demos, save_demos
+from rbfm.data.demos import Demos, content_sha256, load_demos, save_demos
 from rbfm.envs import get_perturbation
+from rbfm.errors import DatasetError
 from rbfm.experiments.certificate import Certificate
 from rbfm.experiments.executors import Executor
 from rbfm.experiments.jobs import (
@@ -243,6 +244,12 @@ class _Progress:
         self._describe()
         self.bar.update(round(sum(self.costs[c] for c in cells), 1))
 
+    def forget(self, cells: list[str]) -> None:
+        """Cells counted done that are to be computed again."""
+        self.done -= len(cells)
+        self._describe()
+        self.bar.update(-round(sum(self.costs[c] for c in cells), 1))
+
     def close(self) -> None:
         self.bar.close()
 
@@ -257,13 +264,23 @@ class _Run:
     parallel: int  # jobs the executor runs at once
     plan: Plan
     loaded: dict[str, Demos] = field(default_factory=dict)
+    fingerprints: dict[str, str] = field(default_factory=dict)
+
+    def _file(self, d: DemosCell) -> Demos:
+        if d.id not in self.loaded:
+            self.loaded[d.id] = load_demos(self.store.demos(d), d.model.domain)
+        return self.loaded[d.id]
 
     def drawn(self, cell: InferCell) -> Demos:
         """The demonstrations an inference learns from."""
-        d = cell.demos
-        if d.id not in self.loaded:
-            self.loaded[d.id] = load_demos(self.store.demos(d), d.model.domain)
-        return self.loaded[d.id].sample(cell.num_demos, cell.seed)
+        return self._file(cell.demos).sample(cell.num_demos, cell.seed)
+
+    def fingerprint(self, d: DemosCell) -> str:
+        """The demonstrations file's content hash, which each inference and adaptation
+        records: a cell's id names the demonstrations' recipe, this their bits."""
+        if d.id not in self.fingerprints:
+            self.fingerprints[d.id] = content_sha256(self._file(d))
+        return self.fingerprints[d.id]
 
 
 def _save_infer(run: _Run, cells: list[InferCell], out: InferOutput) -> None:
@@ -328,6 +345,7 @@ def _save_infer(run: _Run, cells: list[InferCell], out: InferOutput) -> None:
             "converged": out.converged,
             "extra": out.extra,
             "policy": str(policy_file.relative_to(store.root)),
+            "demos_sha256": run.fingerprint(d),
         },
     )
 
@@ -571,7 +589,8 @@ def _adapt_job(run: _Run, cells: list[AdaptCell]) -> AdaptJob:
 
 def _save_adapt(run: _Run, cells: list[AdaptCell], outputs: list[AdaptOutput]) -> None:
     for a, res in _matched(cells, outputs):
-        _write_json(run.store.adapt_record(a), dataclasses.asdict(res))
+        record = dataclasses.asdict(res) | {"demos_sha256": run.fingerprint(a.infer.demos)}
+        _write_json(run.store.adapt_record(a), record)
 
 
 def _eval_job(run: _Run, cells: list[C]) -> EvalJob:
@@ -755,6 +774,71 @@ _STAGES: tuple[_Stage[Any, Any, Any], ...] = (
 )
 
 
+def _stale(run: _Run, p: Plan) -> dict[str, list[tuple[str, str]]]:
+    """Per demonstrations file, the finished inferences and adaptations whose record names
+    other demonstrations than the file holds now: (cell id, recorded content hash)."""
+    stale: dict[str, list[tuple[str, str]]] = {}
+    cells: list[tuple[str, DemosCell, Path]] = [
+        *((i.id, i.demos, run.store.infer_record(i)) for i in p.infers),
+        *((a.id, a.infer.demos, run.store.adapt_record(a)) for a in p.adapts),
+    ]
+    for cell, d, record in cells:
+        if not record.exists():
+            continue
+        recorded = run.store.read(record).get("demos_sha256")
+        # A record without the field predates it and names no content: taken as it is.
+        if recorded is not None and recorded != run.fingerprint(d):
+            stale.setdefault(d.id, []).append((cell, recorded))
+    return stale
+
+
+def _forget(store: Store, p: Plan, stale: set[str]) -> list[str]:
+    """Deletes the records of the stale cells and of every cell built on them, so that
+    the run computes them again; returns the ids of the records deleted."""
+    infers = {i.id for i in p.infers if i.id in stale}
+    adapts = {a.id for a in p.adapts if a.id in stale or a.infer.id in infers}
+    records = [
+        *((i.id, store.infer_record(i)) for i in p.infers if i.id in infers),
+        *((a.id, store.adapt_record(a)) for a in p.adapts if a.id in adapts),
+        *(
+            (e.id, store.eval_record(e))
+            for e in p.evals
+            if e.infer.id in infers or (e.adapt is not None and e.adapt.id in adapts)
+        ),
+        *((c.id, store.cert_record(c)) for c in p.certs if c.infer.id in infers),
+    ]
+    gone = []
+    for cell, path in records:
+        if path.exists():
+            path.unlink()
+            gone.append(cell)
+    return gone
+
+
+def _check_demos(run: _Run, p: Plan, forget: bool) -> list[str]:
+    """Refuses finished cells inferred from other demonstrations than the run's files
+    hold (a file regenerated on a CPU with other vector units differs in its last bits;
+    a cell's id names the recipe, not the bits), or with `forget` deletes them and the
+    cells built on them: returns the ids deleted."""
+    stale = _stale(run, p)
+    if not stale:
+        return []
+    if forget:
+        return _forget(run.store, p, {c for cells in stale.values() for c, _ in cells})
+    d = next(d for d in p.demos if d.id in stale)
+    cell, recorded = stale[d.id][0]
+    n = sum(len(cells) for cells in stale.values())
+    others = f" (and {len(stale) - 1} other demonstrations files)" if len(stale) > 1 else ""
+    raise DatasetError(
+        f"{run.store.demos(d)}{others} holds other demonstrations than {n} finished task "
+        f"inferences and adaptations read (content sha256 {run.fingerprint(d)[:16]} here, "
+        f"{recorded[:16]} in the record of cell {cell}; rollouts regenerated on a CPU with "
+        "other vector units differ in their last bits): put back the demonstrations they "
+        "read, or run again with --forget-stale (forget_stale=True) to compute them and "
+        "the cells built on them again"
+    )
+
+
 def _run_stage(
     stage: _Stage[Any, Any, Any],
     todo: list[Cell],
@@ -789,8 +873,12 @@ def run_experiment(
     executor: Executor,
     progress: bool = True,
     eval_batch: int = EVAL_BATCH,
+    forget_stale: bool = False,
 ) -> RunSummary:
-    """Runs every unfinished cell of the spec; returns what was done and the tables."""
+    """Runs every unfinished cell of the spec; returns what was done and the tables.
+    Finished inferences and adaptations that read other demonstrations than the run's
+    files now hold are refused once the demonstrations are there, or with
+    `forget_stale` computed again with every cell built on them."""
     start = time.perf_counter()
     p = plan(spec)  # validates everything before any work
     store = Store(out)
@@ -813,8 +901,14 @@ def run_experiment(
         computed |= {"reused": 0} if p.adapts else {}
         run = _Run(store, eval_batch, executor.parallel, p)
         try:
-            for s, rest in zip(_STAGES, todo, strict=True):
-                _run_stage(s, rest, run, executor, bar, computed)
+            for k, s in enumerate(_STAGES):
+                if s.key == "infer":  # the demonstrations are all there now
+                    forgotten = _check_demos(run, p, forget_stale)
+                    if forgotten:
+                        bar.forget(forgotten)
+                        skipped -= len(forgotten)
+                        todo[k:] = [later.todo(store, p) for later in _STAGES[k:]]
+                _run_stage(s, todo[k], run, executor, bar, computed)
         finally:
             bar.close()
             executor.close()

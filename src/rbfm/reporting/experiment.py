@@ -25,11 +25,14 @@ def run_and_report(
     figures: bool = False,
     dry_run: bool = False,
     progress: bool = True,
+    forget_stale: bool = False,
 ) -> Iterator[str]:
     """`rbfm experiment`: the plan, then what a run into `out` (default:
     runs/experiments/NAME) finds done (`dry_run`), or the run on `workers` local processes
     or on `ray` (`eval_batch` episodes per evaluation job; default EVAL_BATCH), its
-    summary and, with `figures`, its figures: what to print, each line as it comes."""
+    summary and, with `figures`, its figures: what to print, each line as it comes.
+    `forget_stale` computes again the finished cells whose demonstrations have changed
+    (`run_experiment`)."""
     out = Path(out or f"runs/experiments/{spec.name}")
     checks.out_dir(out)
     p = plan(spec)  # every field checked before anything starts
@@ -41,7 +44,7 @@ def run_and_report(
         executor = make_executor(workers, ray)
         yield f"running on {executor.name} into {out}"
         batch = EVAL_BATCH if eval_batch is None else eval_batch
-        summary = run_experiment(spec, out, executor, progress, batch)
+        summary = run_experiment(spec, out, executor, progress, batch, forget_stale)
         yield summary.describe()
         if figures:
             for path in draw_run_figures(out, summary.results):
