@@ -240,6 +240,13 @@ def test_the_cem_search_keeps_its_elites_mean_and_never_reads_a_reward(
             {"search": "cem", "budget": 16, "cosine": 0.5},
             "cosine: 0.5 is a setting of search 'cone'",
         ),
+        (
+            {"search": "cone", "budget": 4, "step": 0.25},
+            "step: 0.25 is a setting of searches 'line' and 'cem'; the search is 'cone'",
+        ),
+        ({"search": "cem", "budget": 16, "shrink": 0.9}, "shrink: 0.9 is a setting of search"),
+        ({"keep": "best", "block": 7}, "block: 7 is a setting of keep 'clear'"),
+        ({"search": "cem", "budget": 16, "alpha": 0.1}, r"alpha: .* and keep 'best' \(valid"),
         ({"budget": np.float64(4.0)}, "budget: np.float64"),
         ({"population": 0}, "population: 0"),
         ({"decay": 0.0}, "decay"),
@@ -279,6 +286,11 @@ def test_a_start_z_the_model_cannot_take_is_refused_before_any_episode(
         adapt(model, demos, np.ones(d), ENV, cfg)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="start z is zero"):
         adapt(model, demos, torch.zeros(d), ENV, cfg)
+    # Finite, but float32 cannot square its norm (1e19 x sqrt(d)) or lifts it off the
+    # floor of normalize: either would search from a z off the sphere (zero, or short).
+    for scale in (1e19, 1e-14):
+        with pytest.raises(ConfigError, match=r"cannot project onto the sphere of radius"):
+            adapt(model, demos, torch.full((d,), scale), ENV, cfg)
 
 
 def test_an_episode_ended_at_its_first_step_is_left_out_of_the_mean(

@@ -273,6 +273,53 @@ def test_what_would_turn_into_nan_or_a_silent_zero_is_refused(
         infer_sequences(windowed, demos, GoalConfig())
 
 
+def test_what_its_own_loader_would_refuse_is_not_written_and_odd_values_are_named(
+    model: rbfm.Model, tmp_path: Path
+) -> None:
+    import json
+
+    from rbfm.api import Imitation
+    from rbfm.envs import get_perturbation
+
+    d = model.fb.cfg.z_dim
+    # save() refuses a z that load_imitation would refuse, before writing anything.
+    for z, message in (
+        (torch.full((d,), torch.nan), "NaN or infinite values in its z"),
+        (2 * torch.ones(d), r"norm is 5\.\d+, but the model's policies take z on the sphere"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            Imitation("er", "cheetah", "run", z, model).save(tmp_path / "z.json")
+        assert not list(tmp_path.iterdir())
+    demos = _demos()
+    # numpy scalars in a method's settings are taken, and recorded, as Python's.
+    fit = rbfm.imitate(demos, "fbil", model, steps=np.int64(3))
+    assert fit.info is not None and type(fit.info["overrides"]["steps"]) is int
+    goals = rbfm.imitate(demos, "goal", model, lookahead=np.int64(3))
+    assert goals.info is not None and goals.info["lookahead"] == 3
+    from rbfm.checks import in_range
+
+    with pytest.raises(ConfigError, match=r"is a numpy float32; pass a Python number"):
+        in_range("X", "step", np.float32(0.5), 0.0, 1.0)
+    # A z file whose model hash is no hash is refused by name.
+    path = rbfm.imitate(demos, "er", model).save(tmp_path / "er.json")
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "model_sha256": 123}))
+    with pytest.raises(ConfigError, match=r"er\.json: model_sha256 is 123 \(valid: the model's"):
+        rbfm.load_imitation(path)
+    # An adapted z written by a stage records its cell, family, level and budget: it prints.
+    record = {"cell": "c", "episodes": 5, "family": "joint_friction", "level": 10.0}
+    path.write_text(json.dumps({**data, "adaptation": record}))
+    assert "adapted with 5 episodes in joint_friction=10)" in repr(rbfm.load_imitation(path))
+    friction = get_perturbation("cheetah", "joint_friction")
+    for level in (True, "15"):
+        with pytest.raises(ConfigError, match=rf"level {level!r} of cheetah/joint_friction is not"):
+            friction.check(level)  # type: ignore[arg-type]
+    assert friction.check(np.float32(10.0)) == 10.0
+    for n in (1.5, True):
+        with pytest.raises(ConfigError, match=rf"cannot draw {n} .*valid: an integer in 1\.\.2"):
+            demos.sample(n, 0)  # type: ignore[arg-type]
+
+
 def test_a_torn_pair_is_refused_not_loaded_with_the_wrong_contents(
     model: rbfm.Model, tmp_path: Path
 ) -> None:

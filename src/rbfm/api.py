@@ -106,19 +106,8 @@ class Imitation:
         if self.goals is not None and self.model is not None:
             what = f"{len(self.goals.z)} z sequences of {self.model.name}"
         notes = [f"{k}={info[k]}" for k in ("converged", "seed") if k in info]
-        if "adaptation" in info:
-            record = info["adaptation"]
-            where = record["perturbation"] or "nominal"
-            level = "" if record["level"] is None else f"={record['level']:g}"
-            if record.get("search") == "cem":  # no candidate kept: the elites' mean
-                which = "the elites' mean" + (
-                    f" of generation {record['generations']}" if "generations" in record else ""
-                )
-            elif (kept := record.get("kept", record["best"])[-1]) == 0:  # old files: the best
-                which = "the start z kept"
-            else:
-                which = f"candidate {kept} kept"
-            notes.append(f"adapted with {record['episodes']} episodes in {where}{level}: {which}")
+        if isinstance(info.get("adaptation"), dict):
+            notes.append(_adaptation_note(info["adaptation"]))
         extra = "".join(f", {n}" for n in notes)
         return f"Imitation({self.method}, {self.domain}/{self.task}, {what}{extra})"
 
@@ -156,8 +145,9 @@ class Imitation:
         from rbfm.atomic import beside, stem_of
         from rbfm.baselines import write_policy
         from rbfm.inference.goal import write_goals
-        from rbfm.policy_files import save_z
+        from rbfm.policy_files import check_z, save_z
 
+        self._check_finite()  # before anything is written: its loader would refuse it
         meta = {"method": self.method, "domain": self.domain, "task": self.task}
         if self.z is not None or self.goals is not None:
             assert self.model is not None
@@ -166,11 +156,33 @@ class Imitation:
             if self.goals is not None:  # a .json description beside a .safetensors
                 return write_goals(stem_of(path), self.goals, meta | sha | (self.info or {}))
             assert self.z is not None
+            check_z(path, self.z, meta | sha, self.model.meta)  # on the model's sphere
             return save_z(Path(path), self.z, meta | sha | (self.info or {}))
         assert self.network is not None
         stem = stem_of(path)
         write_policy(stem, self.method, self.network, self.domain, meta | (self.info or {}))
         return beside(stem, ".json")
+
+
+def _adaptation_note(record: dict[str, Any]) -> str:
+    """An adapted z's record in a line: `rbfm.adapt`'s (`adaptation_record`) or a stage's
+    (its cell, family, level and budget); a field a file lacks is left out."""
+    from rbfm.experiments.plan import NOMINAL
+
+    where = record.get("perturbation", record.get("family"))
+    where = "nominal" if where in (None, NOMINAL) else str(where)
+    level = record.get("level")
+    if isinstance(level, (int, float)) and not isinstance(level, bool):
+        where += f"={level:g}"
+    kept = record.get("kept", record.get("best"))  # old files: the best
+    which = ""
+    if record.get("search") == "cem":  # no candidate kept: the elites' mean
+        which = ": the elites' mean" + (
+            f" of generation {record['generations']}" if "generations" in record else ""
+        )
+    elif isinstance(kept, list) and kept:
+        which = ": the start z kept" if kept[-1] == 0 else f": candidate {kept[-1]} kept"
+    return f"adapted with {record.get('episodes', '?')} episodes in {where}{which}"
 
 
 def _plain(value: Any) -> Any:
@@ -201,6 +213,7 @@ def imitate(
             f"imitate: demos is a {type(demos).__name__}; pass a Demos (rbfm.load_demos(path))"
         )
     seed = _plain(seed)
+    overrides = {k: _plain(v) for k, v in overrides.items()}  # checked and recorded as Python's
     in_range("imitate", "seed", seed, 0, integer=True)
     check_named(method, settings)  # before the model loads
     if model is not None and not isinstance(model, Model):
@@ -228,7 +241,7 @@ def imitate(
         if settings:
             fit["settings"] = settings
         if overrides:  # e.g. whiten=True: a z that differs from the method's plain one
-            fit["overrides"] = {k: _plain(v) for k, v in overrides.items()}
+            fit["overrides"] = overrides
         return Imitation(method, demos.domain, demos.task, res.z, model, None, res.seconds, fit)
     if model is not None:
         raise ConfigError(f"imitate: {method} trains its own policy; it takes no model")

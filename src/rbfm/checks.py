@@ -56,6 +56,8 @@ def in_range(
         # A value of another type (a string, a bool) is not out of range: it is no number.
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         problem = "is out of range" if number else "is not a number"
+        if type(value).__module__ == "numpy":  # np.int64(3): a number, of another type
+            problem = f"is a numpy {type(value).__name__}; pass a Python number (value.item())"
         if integer and isinstance(value, float) and math.isfinite(value):
             problem = "is not an integer"
         raise ConfigError(f"{owner}.{name}: {value!r} {problem} (valid: {what} in {bounds})")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,8 @@ from rbfm.inference.goal import (
     write_goals,
 )
 from rbfm.methods import NAMES, check_named, display_label, get_method
+
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def save_z(path: str | os.PathLike[str], z: torch.Tensor, meta: dict[str, Any]) -> Path:
@@ -81,6 +84,12 @@ def _task_vector(path: str | os.PathLike[str], data: Any) -> tuple[torch.Tensor,
         raise ConfigError(f"{path}: not a task-vector file written by `rbfm infer` ({e})") from e
     if z.ndim != 1 or not torch.isfinite(z).all():
         raise ConfigError(f"{path}: the task vector must be a finite 1-d list of numbers")
+    sha = data.get("model_sha256")
+    if sha is not None and not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
+        raise ConfigError(
+            f"{path}: model_sha256 is {sha!r} (valid: the model's weights' SHA-256, 64 hex "
+            "digits, as `rbfm infer` writes it; or no such field)"
+        )
     return z, data
 
 

@@ -164,12 +164,13 @@ class Demos:
     def sample(self, n: int, seed: int) -> Demos:
         """n episodes drawn at random (without replacement) from seed."""
         seed = int(seed) if isinstance(seed, np.integer) else seed
+        n = int(n) if isinstance(n, np.integer) else n
         in_range("Demos.sample", "seed", seed, 0, integer=True)
-        if not 0 < n <= self.num_episodes:
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= self.num_episodes:
             source = self.meta.get("path", f"{self.domain}/{self.task} demonstrations")
             raise ConfigError(
                 f"cannot draw {n} demonstrations from the {self.num_episodes} episodes of "
-                f"{source} (valid: 1..{self.num_episodes})"
+                f"{source} (valid: an integer in 1..{self.num_episodes})"
             )
         return self.episodes(
             np.random.default_rng(seed).choice(self.num_episodes, n, replace=False)

@@ -53,6 +53,13 @@ class Perturbation:
 
     def check(self, level: float) -> float:
         low, high = self.bounds
+        if isinstance(level, np.floating | np.integer):
+            level = float(level)
+        if isinstance(level, bool) or not isinstance(level, int | float):
+            raise ConfigError(
+                f"level {level!r} of {self.domain}/{self.family} is not a number (valid: a "
+                f"number in [{low:g}, {high:g}], {self.unit})"
+            )
         if not np.isfinite(level) or not low <= level <= high:
             raise ConfigError(
                 f"level {level} is outside the range of {self.domain}/{self.family} "

@@ -171,15 +171,19 @@ class AdaptConfig:
                 f"(valid: a population >= 2 and elites 1..population - 1)"
             )
         in_range("AdaptConfig", "decay", self.decay, 0.0, 1.0, open_low=True, open_high=False)
-        # A setting of another search would be silently ignored: refused.
-        for name, owner in (
-            ("cosine", "cone"),
-            *((n, "cem") for n in ("population", "elites", "decay")),
+        # A setting the search or the keep rule never reads would be silently ignored:
+        # refused.
+        for name, owners, used in (
+            ("cosine", "search 'cone'", self.search == "cone"),
+            ("step", "searches 'line' and 'cem'", self.search != "cone"),
+            ("shrink", "search 'line'", self.search == "line"),
+            *((n, "search 'cem'", self.search == "cem") for n in ("population", "elites", "decay")),
+            *((n, "keep 'clear'", self.keep == "clear") for n in ("block", "alpha")),
         ):
-            if self.search != owner and getattr(self, name) != getattr(AdaptConfig, name):
+            if not used and getattr(self, name) != getattr(AdaptConfig, name):
                 raise ConfigError(
-                    f"{name}: {getattr(self, name)!r} is a setting of search {owner!r}; the "
-                    f"search is {self.search!r} (valid: the default, "
+                    f"{name}: {getattr(self, name)!r} is a setting of {owners}; the search is "
+                    f"{self.search!r} and keep {self.keep!r} (valid: the default, "
                     f"{getattr(AdaptConfig, name)!r})"
                 )
         if self.search == "cem":
@@ -373,8 +377,18 @@ def adapt_many(
                 f"adapt: criterion 'states' and problem {i} has no demonstrations' states "
                 "(AdaptProblem.states: rbfm.inference.adapt.demo_states); no episode run"
             )
-        if not float(torch.linalg.vector_norm(p.z)) > 0:
+        norm = float(torch.linalg.vector_norm(p.z.double()))
+        if not norm > 0:
             raise ConfigError(f"adapt: problem {i}'s start z is zero; no episode run")
+        # Searched in the model's precision: a norm it cannot square (float32 overflows
+        # past ~1e19) or one below normalize's floor would not land on the sphere.
+        on_sphere = float(torch.linalg.vector_norm(project(p.z, model.radius).double()))
+        if not abs(on_sphere - model.radius) <= 1e-3 * model.radius:
+            raise ConfigError(
+                f"adapt: problem {i}'s start z has norm {norm:.3g}, which {p.z.dtype} cannot "
+                f"project onto the sphere of radius {model.radius:.4g} (valid: a norm in about "
+                "[1e-12, 1e19]; every rbfm inference returns z on the sphere); no episode run"
+            )
     length = get_domain(domain).episode_length
     if cfg.keep == "clear" and length // cfg.block < 2:
         raise ConfigError(
