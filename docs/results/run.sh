@@ -31,6 +31,10 @@ main() {
     cd "$(dirname "$0")/../.."
     out=${RBFM_GRID_OUT:-runs/experiments/grid}
     workers=${RBFM_GRID_WORKERS:-2}
+    # RBFM_GRID_FORGET_STALE=1: compute again the finished cells whose demonstrations the
+    # run regenerated with other bits (`rbfm experiment --forget-stale`; else refused).
+    forget=()
+    if [ "${RBFM_GRID_FORGET_STALE:-0}" = 1 ]; then forget=(--forget-stale); fi
     stages=("$@")
     if [ ${#stages[@]} -eq 0 ]; then
         stages=(q1 eps datasize q2 sources certify grid-walker grid-quadruped grid-cheetah independent grid
@@ -80,7 +84,8 @@ main() {
         stage=${item%@*}
         task=""
         if [ "$item" != "$stage" ]; then task=${item#*@}; fi
-        rbfm experiment "$stage" ${task:+--tasks "$task"} --out "$out" --workers "$workers" --figures
+        rbfm experiment "$stage" ${task:+--tasks "$task"} --out "$out" --workers "$workers" \
+            --figures "${forget[@]}"
         dest="docs/results/$stage${task:+/$task}"
         # A refreshed stage replaces its files and keeps its page (README.md, written by hand).
         mkdir -p "$dest"
