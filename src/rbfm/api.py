@@ -27,6 +27,7 @@ from torch import nn
 from rbfm import EVAL_SEED
 from rbfm.checks import in_range
 from rbfm.data.demos import Demos
+from rbfm.envs import NOMINAL
 from rbfm.errors import ConfigError
 from rbfm.evaluation import EnvSpec, Policy, RolloutEngine, fb_policy
 from rbfm.fb.checkpoint import recorded_name
@@ -167,8 +168,6 @@ class Imitation:
 def _adaptation_note(record: dict[str, Any]) -> str:
     """An adapted z's record in a line: `rbfm.adapt`'s (`adaptation_record`) or a stage's
     (its cell, family, level and budget); a field a file lacks is left out."""
-    from rbfm.experiments.plan import NOMINAL
-
     where = record.get("perturbation", record.get("family"))
     where = "nominal" if where in (None, NOMINAL) else str(where)
     level = record.get("level")

@@ -3,6 +3,7 @@
 from rbfm.envs.domains import DOMAINS, TASKS, DomainSpec, checked_tasks, get_domain
 from rbfm.envs.env import RbfmEnv, flatten_observation, make_env
 from rbfm.envs.perturbations import (
+    NOMINAL,
     PERTURBATIONS,
     Perturbation,
     check_pair,
@@ -12,6 +13,7 @@ from rbfm.envs.perturbations import (
 
 __all__ = [
     "DOMAINS",
+    "NOMINAL",
     "PERTURBATIONS",
     "TASKS",
     "DomainSpec",

@@ -18,6 +18,9 @@ from rbfm.errors import ConfigError, unknown
 
 ApplyFn = Callable[[mujoco.MjModel, mujoco.MjData, float], None]
 
+# The family name of unperturbed physics in plans, tables and task-vector records.
+NOMINAL = "none"
+
 _WALKER_LIMB_JOINTS = (
     "right_hip",
     "right_knee",

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rbfm.envs import DOMAINS, PERTURBATIONS, TASKS, get_perturbation
+from rbfm.envs import DOMAINS, NOMINAL, PERTURBATIONS, TASKS, get_perturbation
 from rbfm.errors import ConfigError, RbfmError
 from rbfm.experiments.certificate import HEAVY, RADII
 from rbfm.experiments.spec import (
@@ -41,8 +41,6 @@ from rbfm.methods import (
 )
 from rbfm.methods import NAMES as ALL_METHODS
 from rbfm.planning import mpc_config
-
-NOMINAL = "none"
 
 
 def cell_id(kind: str, payload: dict[str, Any]) -> str:

@@ -40,7 +40,7 @@ from tqdm import tqdm
 from rbfm import checks
 from rbfm.atomic import atomic_write, beside, check_pair, stem_of
 from rbfm.data.demos import Demos, content_sha256, load_demos, save_demos
-from rbfm.envs import get_perturbation
+from rbfm.envs import NOMINAL, get_perturbation
 from rbfm.errors import DatasetError
 from rbfm.experiments.certificate import Certificate
 from rbfm.experiments.executors import Executor
@@ -65,7 +65,6 @@ from rbfm.experiments.jobs import (
     run_plan,
 )
 from rbfm.experiments.plan import (
-    NOMINAL,
     AdaptCell,
     CeilingCell,
     CertCell,

@@ -31,7 +31,7 @@ from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from rbfm.envs import get_perturbation
+from rbfm.envs import NOMINAL, get_perturbation
 from rbfm.errors import ConfigError
 from rbfm.evaluation.aggregate import stratified_iqm
 from rbfm.experiments.table import (
@@ -54,7 +54,6 @@ from rbfm.reporting.report import (
 )
 from rbfm.reporting.stats import (
     IQM_REPS,
-    NOMINAL,
     Aggregate,
     IqmResult,
     aggregate,

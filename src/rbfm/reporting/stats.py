@@ -14,13 +14,13 @@ from typing import TypeVar
 
 import numpy as np
 
+from rbfm.envs import NOMINAL
 from rbfm.envs import families as domain_families
 from rbfm.errors import ConfigError
 from rbfm.evaluation.aggregate import mean_ci, stratified_iqm
 from rbfm.experiments.table import CertificateRow, ResultRow
 from rbfm.methods import NAMES
 
-NOMINAL = "none"
 IQM_REPS = 2000
 T = TypeVar("T")
 
