@@ -103,6 +103,9 @@ def test_the_api_refuses_what_it_cannot_use(model: rbfm.Model, tmp_path: Path) -
         rbfm.imitate(demos, "fbil")
     with pytest.raises(ConfigError, match="takes no model"):
         rbfm.imitate(demos, "drbc", model)
+    # `infer`'s own argument, not a field: it would be recorded as one and change nothing.
+    with pytest.raises(ConfigError, match=r"er: no field progress \(valid: whiten\)"):
+        rbfm.imitate(demos, "er", model, progress=True)
     with pytest.raises(ConfigError, match="stores no z for 'walk'"):
         model.task_z("walk")
     with pytest.raises(DatasetError, match="actions must lie in"):
@@ -124,6 +127,24 @@ def test_the_api_refuses_what_it_cannot_use(model: rbfm.Model, tmp_path: Path) -
     # One episode's arrays, not wrapped in a list, would read as 3 episodes of 17 numbers.
     with pytest.raises(DatasetError, match=r"observations is one 2-d array; pass a list"):
         rbfm.Demos.from_arrays("cheetah", "run", np.zeros((3, 17)), np.zeros((2, 6)))
+    # Arrays numpy would raise on, or cast without a word (a bool, a complex number), named.
+    with pytest.raises(DatasetError, match=r"actions is None; pass a list with one array per"):
+        rbfm.Demos.from_arrays("cheetah", "run", obs, None)  # type: ignore[arg-type]
+    ragged = [[0.0] * 17, [0.0] * 17, [0.0] * 3]
+    with pytest.raises(DatasetError, match="episode 0's observations are not one rectangular"):
+        rbfm.Demos.from_arrays("cheetah", "run", [ragged], acts[:1])
+    with pytest.raises(DatasetError, match="episode 0's observations hold complex128 values"):
+        rbfm.Demos.from_arrays("cheetah", "run", [o + 5j for o in obs], acts)
+    with pytest.raises(DatasetError, match="episode 1's actions hold bool values; expected real"):
+        rbfm.Demos.from_arrays("cheetah", "run", obs, [acts[0], np.zeros((2, 6), bool)])
+    with pytest.raises(DatasetError, match="episode 0's rewards hold <U1 values"):
+        rbfm.Demos.from_arrays("cheetah", "run", obs, acts, rewards=[np.full(2, "a")] * 2)
+    with pytest.raises(ConfigError, match=r"unknown domain \['cheetah'\]; valid choices"):
+        rbfm.Demos.from_arrays(["cheetah"], "run", obs, acts)  # type: ignore[arg-type]
+    two = rbfm.Demos.from_arrays("cheetah", "run", obs, acts)
+    for index in ([], [2], [-1], [0.5]):
+        with pytest.raises(ConfigError, match=r"names no episodes \(valid: a non-empty 1-d"):
+            two.episodes(np.array(index))
     bad = np.zeros((3, 17))
     bad[2, 4] = np.nan
     with pytest.raises(DatasetError, match=r"NaN or infinite values \(episode 1, step 2\)"):

@@ -86,6 +86,31 @@ def test_bad_settings_are_refused_before_planning() -> None:
         mpc_config("walker", {"sample": 3})
     with pytest.raises(ConfigError, match="unknown cheetah task"):
         MPPIPlanner("cheetah", "fly", TINY)
+    with pytest.raises(ConfigError, match=r"mpc\.seed: -1 is out of range"):
+        MPPIPlanner("cheetah", "run", TINY, seed=-1)
+    with pytest.raises(ConfigError, match=r"mpc\.index: -1 is out of range"):
+        planned_episode("cheetah", "run", TINY, -1)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"episodes": 1.5}, r"mpc\.episodes: 1\.5 is not an integer"),
+        ({"episodes": "2"}, r"mpc\.episodes: '2' is not a number"),
+        ({"episodes": True}, r"mpc\.episodes: True is not a number"),
+        # An episode of one step holds no transition: refused before any is planned.
+        ({"steps": 1}, r"mpc\.steps: 1 is out of range \(valid: an integer in \[2, inf\)\)"),
+        ({"steps": 0}, r"mpc\.steps: 0 is out of range"),
+    ],
+)
+def test_planner_counts_are_refused_before_any_part_is_written(
+    tmp_path: Path, given: dict[str, object], message: str
+) -> None:
+    out = tmp_path / "demos.npz"
+    args = {"episodes": 1, "steps": None} | given
+    with pytest.raises(ConfigError, match=message):
+        mpc_demos("cheetah", "run", args["episodes"], out, TINY, steps=args["steps"])  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []
 
 
 # The process itself: argparse's refusal and rbfm's, each an exit status 2 without a

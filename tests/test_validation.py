@@ -25,15 +25,16 @@ from rbfm.inference import Demos, load_demos, save_demos
 def _demos(episodes: int = 3, steps: int = 20) -> Demos:
     rng = np.random.default_rng(0)
     rows = episodes * (steps + 1)
+    reward = rng.uniform(0, 1, episodes * steps)
     return Demos(
         "cheetah",
         "run",
         rng.standard_normal((rows, 17)).astype(np.float32),
         rng.uniform(-1, 1, (episodes * steps, 6)).astype(np.float32),
         rng.standard_normal((rows, 18)),
-        rng.uniform(0, 1, episodes * steps),
+        reward,
         np.full(episodes, steps),
-        np.zeros(episodes),
+        reward.reshape(episodes, steps).sum(1),
         {},
     )
 
@@ -77,6 +78,8 @@ def _fails(args: list[str], message: str, capsys: pytest.CaptureFixture[str]) ->
         ({"reward": "short"}, "reward has shape"),
         # Fractional lengths would silently shift every episode's boundary.
         ({"lengths": "float"}, "lengths must be a 1-d array of integers; found float64"),
+        ({"physics": "scalar"}, "physics holds one value, not an array"),
+        ({"returns": "wrong"}, "episode 1's return is 1e+09, but its rewards sum to"),
     ],
 )
 def test_bad_demonstration_files(tmp_path: Path, change: dict[str, str], message: str) -> None:
@@ -91,6 +94,10 @@ def test_bad_demonstration_files(tmp_path: Path, change: dict[str, str], message
         arr[45, 2] = 1.5  # step 5 of the third episode
     elif kind == "float":
         arr = arr + 0.5
+    elif kind == "scalar":
+        arr = np.array(0.0)
+    elif kind == "wrong":  # a return the episode's rewards do not add up to
+        arr[1] = 1e9
     else:
         arr = arr[:-1]
     path = save_demos(tmp_path / "bad.npz", dataclasses.replace(d, **{key: arr}))
@@ -278,6 +285,25 @@ def test_a_family_without_a_level_names_what_would_do() -> None:
         make_env("cheetah", "run", "joint_friction")
     with pytest.raises(ConfigError, match=r"level 3 needs .* \(walker: gravity, body_mass, joint"):
         EnvSpec("walker", "walk", None, 3.0).checked()
+
+
+@pytest.mark.parametrize(
+    ("meta", "message"),
+    [
+        ('{"domain": ["cheetah"], "task": "run"}', 'meta\'s domain is ["cheetah"]; expected a'),
+        ('{"domain": "cheetah", "task": 3}', "meta's task is 3; expected a name"),
+        ('{"domain": "cheetah"}', "meta's task is null; expected a name"),
+    ],
+)
+def test_a_demonstrations_file_whose_domain_or_task_is_no_name_is_refused(
+    files: dict[str, Path], tmp_path: Path, meta: str, message: str
+) -> None:
+    with np.load(files["demos"]) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    path = tmp_path / "bad.npz"
+    np.savez(path, **{**arrays, "meta": np.array(meta)})
+    with pytest.raises(DatasetError, match=re.escape(f"{path}: {message}")):
+        load_demos(path)
 
 
 @pytest.mark.parametrize("meta", ['["cheetah", "run"]', '"cheetah"', "42", "null"])

@@ -204,7 +204,7 @@ def imitate(
     set fields of the method's config (e.g. eps=0.5, steps=2000). `model`: a `Model`, or
     what `load_model` takes (a shipped model's name, a run directory, a checkpoint)."""
     from rbfm.baselines import train_baseline
-    from rbfm.inference import infer
+    from rbfm.inference import infer, method_config
     from rbfm.methods import check_named, get_method
 
     if not isinstance(demos, Demos):
@@ -235,6 +235,8 @@ def imitate(
             raise ConfigError(
                 f"imitate: demonstrations of {demos.domain} for a {model.domain} model"
             )
+        # The config's fields only: `infer` would take `progress` as its own argument.
+        method_config(method, settings or "default", **overrides)
         res = infer(model.fb, demos, method, seed, settings=settings or "default", **overrides)
         fit: dict[str, Any] = {"converged": res.converged, "objective": res.objective, "seed": seed}
         if settings:

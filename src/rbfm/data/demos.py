@@ -30,6 +30,34 @@ from rbfm.errors import ConfigError, DatasetError
 _KEYS = ("observation", "action", "physics", "reward", "lengths", "returns")
 
 
+def _episode_arrays(name: str, given: object, dtype: type = np.float64) -> list[np.ndarray]:
+    """`Demos.from_arrays`' per-episode arrays as `dtype`, each refused by name where it
+    is not one rectangular array of real numbers (a bool or complex one is refused as a
+    file's is, not cast)."""
+    where = "Demos.from_arrays"
+    if isinstance(given, (str, bytes)) or not isinstance(given, (Sequence, np.ndarray)):
+        raise DatasetError(
+            f"{where}: {name} is {'None' if given is None else type(given).__name__}; pass a "
+            "list with one array per episode (docs/demonstrations.md)"
+        )
+    out: list[np.ndarray] = []
+    for i, x in enumerate(given):
+        try:
+            a = np.asarray(x)
+        except ValueError:  # numpy's own message is about sequences and inhomogeneous shapes
+            raise DatasetError(
+                f"{where}: episode {i}'s {name} are not one rectangular array (rows of "
+                "different lengths?)"
+            ) from None
+        if not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+            raise DatasetError(
+                f"{where}: episode {i}'s {name} hold {a.dtype} values; expected real numbers"
+            )
+        with np.errstate(over="ignore"):  # a value beyond float32's range: refused later
+            out.append(a.astype(dtype))
+    return out
+
+
 def _check_episodes(
     spec: DomainSpec,
     obs: list[np.ndarray],
@@ -103,28 +131,29 @@ class Demos:
                     f"Demos.from_arrays: {name} is one 2-d array; pass a list with one array "
                     f"per episode (one episode: [{name}])"
                 )
-        if len(observations) != len(actions):
+        obs = _episode_arrays("observations", observations, np.float32)
+        acts = _episode_arrays("actions", actions, np.float32)
+        if len(obs) != len(acts):
             raise DatasetError(
-                f"Demos.from_arrays: {len(observations)} observation sequences for "
-                f"{len(actions)} action sequences"
+                f"Demos.from_arrays: {len(obs)} observation sequences for {len(acts)} action "
+                "sequences"
             )
-        with np.errstate(over="ignore"):  # a value beyond float32's range: refused below
-            obs = [np.asarray(o, np.float32) for o in observations]
-            acts = [np.asarray(a, np.float32) for a in actions]
         spec = get_domain(domain)
-        _check_episodes(spec, obs, acts, rewards, physics)
+        given_rewards = None if rewards is None else _episode_arrays("rewards", rewards)
+        given_physics = None if physics is None else _episode_arrays("physics", physics)
+        _check_episodes(spec, obs, acts, given_rewards, given_physics)
         lengths = np.array([len(a) for a in acts], np.int64)
         reward = (
-            np.concatenate([np.ravel(r) for r in rewards])
-            if rewards is not None
+            np.concatenate([np.ravel(r) for r in given_rewards])
+            if given_rewards is not None
             else np.zeros(int(lengths.sum()))
         )
         arrays = {
             "observation": np.concatenate(obs) if obs else np.zeros((0, 0), np.float32),
             "action": np.concatenate(acts) if acts else np.zeros((0, 0), np.float32),
             "physics": (
-                np.concatenate([np.asarray(p, np.float64) for p in physics])
-                if physics is not None
+                np.concatenate(given_physics)
+                if given_physics is not None
                 else np.zeros((0, spec.physics_dim))
             ),
             "reward": reward,
@@ -145,7 +174,18 @@ class Demos:
         return rows, steps
 
     def episodes(self, index: np.ndarray) -> Demos:
-        """The demos restricted to some episodes."""
+        """The demos restricted to some episodes (indices into 0..num_episodes-1)."""
+        index = np.asarray(index)
+        if (
+            index.ndim != 1
+            or not index.size
+            or not np.issubdtype(index.dtype, np.integer)
+            or not ((index >= 0) & (index < self.num_episodes)).all()
+        ):
+            raise ConfigError(
+                f"Demos.episodes: {index.tolist()!r} names no episodes (valid: a non-empty 1-d "
+                f"array of integers in 0..{self.num_episodes - 1})"
+            )
         rows, steps = self._offsets()
         row_idx = np.concatenate([np.arange(rows[i], rows[i + 1]) for i in index])
         step_idx = np.concatenate([np.arange(steps[i], steps[i + 1]) for i in index])
@@ -258,11 +298,17 @@ def load_demos(path: str | os.PathLike[str], domain: str | None = None) -> Demos
             f"{path}: meta must be a JSON table (domain, task, ...), found "
             f"{found.get(type(meta), 'a number')}; save_demos writes it"
         )
-    spec = get_domain(meta.get("domain", "?"))
+    for key in ("domain", "task"):
+        if not isinstance(meta.get(key), str):
+            raise DatasetError(
+                f"{path}: meta's {key} is {json.dumps(meta.get(key))}; expected a name "
+                "(save_demos writes it)"
+            )
+    spec = get_domain(meta["domain"])
     if domain is not None and spec.name != domain:
         raise DatasetError(f"{path}: demonstrations of {spec.name}, not {domain}")
     rest = {k: v for k, v in meta.items() if k not in ("domain", "task")} | {"path": str(path)}
-    return _validated(spec.name, str(meta.get("task", "?")), arrays, rest, str(path))
+    return _validated(spec.name, meta["task"], arrays, rest, str(path))
 
 
 # The dtype Demos keeps each array in.
@@ -293,6 +339,8 @@ def _validated(
     rbfm's simulator): nothing in inference reads them."""
     spec = get_domain(domain)
     spec.reward_fn(task)  # the task must be one of the domain's
+    if scalars := [k for k in _KEYS if np.ndim(arrays[k]) == 0]:
+        raise DatasetError(f"{where}: {', '.join(scalars)} holds one value, not an array")
     lengths = np.asarray(arrays["lengths"])
     if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer):
         raise DatasetError(
@@ -339,6 +387,13 @@ def _validated(
                 f"({_locate(key, int(np.argmin(finite)), lengths)}), counting values beyond "
                 f"{np.dtype(dtype).name}'s range"
             )
+    sums = np.add.reduceat(cast["reward"], np.cumsum(lengths) - lengths)
+    if not np.allclose(cast["returns"], sums, rtol=1e-5, atol=1e-3):
+        episode = int(np.argmax(np.abs(cast["returns"] - sums)))
+        raise DatasetError(
+            f"{where}: episode {episode}'s return is {cast['returns'][episode]:g}, but its "
+            f"rewards sum to {sums[episode]:g}; returns must be the sums of the rewards"
+        )
     size = np.abs(cast["action"]).reshape(n_steps, -1).max(1)
     if (size > 1 + 1e-5).any():
         step = int(size.argmax())

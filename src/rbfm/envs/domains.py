@@ -279,7 +279,7 @@ class DomainSpec:
         return {name: rows[..., i] for i, name in enumerate(self.feature_names)}
 
     def reward_fn(self, task: str) -> RewardFn:
-        if task not in self.rewards:
+        if not isinstance(task, str) or task not in self.rewards:
             raise unknown(f"{self.name} task", task, self.tasks)
         return self.rewards[task]
 
@@ -361,7 +361,7 @@ TASKS: dict[str, tuple[str, ...]] = {name: spec.tasks for name, spec in DOMAINS.
 
 def get_domain(name: str) -> DomainSpec:
     """Returns the spec of a domain, or a clear error listing the valid ones."""
-    if name not in DOMAINS:
+    if not isinstance(name, str) or name not in DOMAINS:  # a list would be unhashable
         raise unknown("domain", name, DOMAINS)
     return DOMAINS[name]
 

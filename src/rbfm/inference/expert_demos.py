@@ -35,8 +35,8 @@ def generate_demos(
     """
     if not 0.0 <= action_noise <= 10.0 or not np.isfinite(action_noise):
         raise ConfigError(f"action_noise: {action_noise} is out of range (valid: 0..10)")
-    if episodes < 1:
-        raise ConfigError(f"episodes: {episodes} demonstrations asked for (valid: >= 1)")
+    in_range("generate_demos", "episodes", episodes, 1, integer=True)
+    in_range("generate_demos", "seed", seed, 0, integer=True)
     act = fb_policy(model, z)
     if action_noise > 0:
         act = _BatchNoise(act, action_noise, np.random.default_rng([seed, 1]))
@@ -122,6 +122,11 @@ def demo_features(model: FBModel, states: np.ndarray, episode: int) -> torch.Ten
     device = next(model.parameters()).device
     with torch.no_grad():
         b = model.backward_map(torch.as_tensor(states, device=device))
+    if not np.isfinite(states).all():  # a Demos built directly, past its file's checks
+        raise ConfigError(
+            f"demonstrations: episode {episode}'s states hold NaN or infinite values; "
+            "nothing inferred"
+        )
     if not torch.isfinite(b).all():
         raise ConfigError(
             f"demonstrations: B of episode {episode}'s states is not finite (observations up "

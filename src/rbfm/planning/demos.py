@@ -24,7 +24,7 @@ from rbfm.checks import in_range, out_dir
 from rbfm.data.demos import Demos, save_demos
 from rbfm.envs import get_domain, make_env
 from rbfm.envs.dynamics import Dynamics, check_dynamics
-from rbfm.errors import ConfigError, DatasetError
+from rbfm.errors import DatasetError
 from rbfm.planning.mppi import MPPIConfig, MPPIPlanner, PlannedEpisode, plan_episode
 
 # Salts the episodes' seeds so planner initial states never coincide with the
@@ -52,12 +52,21 @@ def planned_episode(
 ) -> PlannedEpisode:
     """Episode `index` of the planner's stream for `seed`: its initial state and its
     sampling noise are drawn from (seed, index)."""
+    in_range("mpc", "index", index, 0, integer=True)
+    in_range("mpc", "seed", seed, 0, integer=True)
+    _check_steps(steps)
     env = make_env(domain, task, seed=0, dynamics=dynamics)
     env.reseed(np.random.SeedSequence([seed, index, _STREAM]))
     planner = MPPIPlanner(domain, task, config, dynamics, seed=seed * 100_003 + index)
     total = env.step_limit if steps is None else steps
     with tqdm(total=total, desc=f"mpc {domain}/{task} #{index}", disable=not progress) as bar:
         return plan_episode(env, planner, steps, bar.update)
+
+
+def _check_steps(steps: int | None) -> None:
+    """An episode of one step holds no transition: refused before any is planned."""
+    if steps is not None:
+        in_range("mpc", "steps", steps, 2, integer=True)
 
 
 def _save_part(path: Path, episode: PlannedEpisode) -> None:
@@ -96,9 +105,9 @@ def planned_episodes(
     """Episodes 0..episodes-1 of the stream, each kept in `parts` as soon as it ends; the
     parts of other settings (another key) are never mixed in."""
     get_domain(domain).reward_fn(task)
-    if episodes < 1:
-        raise ConfigError(f"episodes: {episodes} planner episodes asked for (valid: >= 1)")
+    in_range("mpc", "episodes", episodes, 1, integer=True)
     in_range("mpc", "seed", seed, 0, integer=True)  # numpy's seed sequences take no negatives
+    _check_steps(steps)
     dyn = check_dynamics(domain, dynamics or {})
     key = _part_key(domain, task, config, dyn, seed) + ("" if steps is None else f"-{steps}")
     out_dir(parts, "--parts")  # else the first episode's minutes are lost when it is kept

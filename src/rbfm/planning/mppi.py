@@ -150,6 +150,7 @@ class MPPIPlanner:
         dynamics: Dynamics | None = None,
         seed: int = 0,
     ) -> None:
+        in_range("mpc", "seed", seed, 0, integer=True)  # numpy's generators take no negatives
         spec = get_domain(domain)
         self.reward = spec.reward_fn(task)  # an unknown task is refused before planning
         self.spec, self.config = spec, config
