@@ -26,9 +26,10 @@ def test_the_demonstrations_page_runs(tmp_path: Path, monkeypatch: pytest.Monkey
     blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
     assert blocks
     monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {}  # one session: a block reads what the ones above made
     for code in blocks:
-        exec(compile(code, str(page), "exec"), {})
-    assert (tmp_path / "mine.npz").exists()
+        exec(compile(code, str(page), "exec"), namespace)
+    assert (tmp_path / "mine.npz").exists() and (tmp_path / "states.npz").exists()
 
 
 def test_the_spec_page_plans_what_it_says(

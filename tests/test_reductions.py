@@ -3,6 +3,7 @@ answer is known exactly."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -65,6 +66,39 @@ def test_states_beyond_what_b_embeds_are_refused_before_inference(
             infer_sequences(model, far, GoalConfig())
         else:
             infer(model, far, method)
+
+
+def test_states_only_demonstrations_give_the_reductions_the_same_z_and_refuse_cloning(
+    model: FBModel, demos: Demos, tmp_path: Path
+) -> None:
+    import rbfm
+    from rbfm.inference import load_demos, save_demos
+
+    states = Demos.from_arrays("cheetah", "run", demos.observations())
+    assert not states.has_actions and states.action.shape == (0, 6)
+    assert list(states.lengths) == list(demos.lengths)
+    loaded = load_demos(save_demos(tmp_path / "states.npz", states))
+    assert not loaded.has_actions and not loaded.sample(1, seed=0).has_actions
+    # The reductions read states alone: the same z, with or without the actions.
+    assert torch.equal(infer(model, loaded, "er").z, infer(model, demos, "er").z)
+    cfg = FMConfig(steps=3)
+    assert torch.equal(fm_infer(model, loaded, cfg).z, fm_infer(model, demos, cfg).z)
+    assert len(infer_sequences(model, loaded, GoalConfig()).z) == 2
+    # The cloning methods are refused by name, before any model loads (there is none).
+    for method in ("fbil", "rbfm-heavy", "drbc"):
+        model_arg = None if method == "drbc" else tmp_path / "none"
+        with pytest.raises(
+            DatasetError,
+            match=rf"^{method} reads the actions taken, and .*"
+            r"states\.npz hold states only \(no actions\); er, fm and goal",
+        ):
+            rbfm.imitate(loaded, method, model=model_arg)
+    with pytest.raises(DatasetError, match="hold states only"):
+        infer(model, loaded, "fbil")  # the library path below imitate refuses too
+    # A file whose actions are neither all the steps' nor none is refused as before.
+    half = dataclasses.replace(demos, action=demos.action[:10])
+    with pytest.raises(DatasetError, match=r"action has shape \(10, 6\), expected"):
+        load_demos(save_demos(tmp_path / "half.npz", half))
 
 
 def test_discounted_targets_are_the_truncated_discounted_sums() -> None:

@@ -343,3 +343,18 @@ def test_a_goal_file_in_another_dtype_is_refused_by_name(
     out = tmp_path / "table.csv"
     _fails(["evaluate", "--z", str(path), "--episodes", "1", "--out", str(out)], message, capsys)
     assert not out.exists()
+
+
+def test_states_only_demonstrations_are_refused_by_cloning_methods_on_the_command_line(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    full = load_demos(files["demos"])
+    path = save_demos(
+        tmp_path / "states.npz", Demos.from_arrays("cheetah", "run", full.observations())
+    )
+    base = ["infer", "--checkpoint", str(files["model"]), "--demos", str(path), "--num-demos", "2"]
+    message = f"fbil reads the actions taken, and {path} hold states only (no actions)"
+    _fails([*base, "--method", "fbil", "--out", str(tmp_path / "z.json")], message, capsys)
+    assert not (tmp_path / "z.json").exists()
+    assert main([*base, "--method", "er", "--out", str(tmp_path / "er.json")]) == 0
+    assert json.loads((tmp_path / "er.json").read_text())["method"] == "er"

@@ -215,6 +215,8 @@ def imitate(
     overrides = {k: _plain(v) for k, v in overrides.items()}  # checked and recorded as Python's
     in_range("imitate", "seed", seed, 0, integer=True)
     check_named(method, settings)  # before the model loads
+    if get_method(method).reads_actions:
+        demos.require_actions(method)
     if model is not None and not isinstance(model, Model):
         model = load_model(model)
     if get_method(method).kind == "goals":  # a z per step, not one task vector

@@ -40,6 +40,12 @@ class Method:
         return self.kind == "fb"
 
     @property
+    def reads_actions(self) -> bool:
+        """The paper's methods clone the demonstrated actions; the reductions read states
+        alone, so they take states-only demonstrations."""
+        return not self.reduction
+
+    @property
     def option(self) -> str:
         """The option its names come by (`rbfm infer`, specs): baselines' `preset`, the
         others' `settings`."""

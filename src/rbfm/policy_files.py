@@ -405,6 +405,8 @@ def imitate_to_file(
     overrides = dict(overrides or {})
     check_named(method, settings, "--settings")
     check_named(method, preset, "--preset")
+    if get_method(method).reads_actions:
+        demos.require_actions(method)
     settings = settings or "default"
     if get_method(method).kind == "goals":
         return goals_to_file(demos, checkpoint, seed, out, overrides, described, device)
@@ -428,7 +430,7 @@ def imitate_to_file(
     fit = infer_to_file(
         model, meta, checkpoint, demos, method, seed, out, settings, overrides, described, True
     )
-    n = len(demos.transitions()["action"])
+    n = int((demos.lengths - 1).sum())  # transitions: T-1 per episode
     return (
         f"{method} ({settings} settings): z written to {out} ({fit.steps} steps, "
         f"{fit.seconds:.1f} s, {fit.ms_per_step:.2f} ms/step); objective on all {n} "

@@ -61,42 +61,58 @@ def _episode_arrays(name: str, given: object, dtype: type = np.float64) -> list[
 def _check_episodes(
     spec: DomainSpec,
     obs: list[np.ndarray],
-    acts: list[np.ndarray],
+    acts: list[np.ndarray] | None,
     rewards: Sequence[np.ndarray] | None,
     physics: Sequence[np.ndarray] | None,
-) -> None:
+) -> np.ndarray:
     """Each episode's arrays against each other and the domain, so that the common slips
-    are named per episode (a total that matches can hide two that do not)."""
+    are named per episode (a total that matches can hide two that do not); returns the
+    episodes' lengths T (with no actions, each episode's observations less one)."""
     where = "Demos.from_arrays"
+    if acts is not None and len(obs) != len(acts):
+        raise DatasetError(
+            f"{where}: {len(obs)} observation sequences for {len(acts)} action sequences"
+        )
     for name, given in (("reward", rewards), ("physics", physics)):
-        if given is not None and len(given) != len(acts):
-            raise DatasetError(f"{where}: {len(given)} {name} sequences for {len(acts)} episodes")
-    for i, (o, a) in enumerate(zip(obs, acts, strict=True)):
+        if given is not None and len(given) != len(obs):
+            raise DatasetError(f"{where}: {len(given)} {name} sequences for {len(obs)} episodes")
+    lengths = []
+    for i, o in enumerate(obs):
         if o.ndim != 2 or o.shape[1] != spec.obs_dim:
             raise DatasetError(
                 f"{where}: episode {i}'s observations have shape {o.shape}; {spec.name}'s "
                 f"are (T+1, {spec.obs_dim}) in the layout of docs/demonstrations.md"
             )
-        if a.ndim != 2 or a.shape[1] != spec.action_dim:
+        steps = len(o) - 1
+        if acts is None and steps < 2:  # else its length would be counted from nothing
             raise DatasetError(
-                f"{where}: episode {i}'s actions have shape {a.shape}; {spec.name}'s are "
-                f"(T, {spec.action_dim})"
+                f"{where}: episode {i} has {len(o)} observation(s); an episode needs at least "
+                "3 (two steps, one transition)"
             )
-        if len(o) != len(a) + 1:
-            raise DatasetError(
-                f"{where}: episode {i} has {len(o)} observations for {len(a)} actions; each "
-                "episode needs T+1 (the reset's first, then one after each action)"
-            )
-        if rewards is not None and np.shape(rewards[i]) != (len(a),):
+        if acts is not None:
+            a = acts[i]
+            if a.ndim != 2 or a.shape[1] != spec.action_dim:
+                raise DatasetError(
+                    f"{where}: episode {i}'s actions have shape {a.shape}; {spec.name}'s are "
+                    f"(T, {spec.action_dim})"
+                )
+            if len(o) != len(a) + 1:
+                raise DatasetError(
+                    f"{where}: episode {i} has {len(o)} observations for {len(a)} actions; "
+                    "each episode needs T+1 (the reset's first, then one after each action)"
+                )
+        if rewards is not None and np.shape(rewards[i]) != (steps,):
             raise DatasetError(
                 f"{where}: episode {i}'s rewards have shape {np.shape(rewards[i])}, expected "
-                f"({len(a)},): one per action"
+                f"({steps},): one per step"
             )
         if physics is not None and len(physics[i]) != len(o):
             raise DatasetError(
                 f"{where}: episode {i} has {len(physics[i])} physics states for {len(o)} "
                 "observations"
             )
+        lengths.append(steps)
+    return np.array(lengths, np.int64)
 
 
 @dataclass(frozen=True)
@@ -104,7 +120,7 @@ class Demos:
     domain: str
     task: str
     observation: np.ndarray  # (sum(T+1), obs_dim)
-    action: np.ndarray  # (sum(T), action_dim)
+    action: np.ndarray  # (sum(T), action_dim); (0, action_dim): states only, see has_actions
     physics: np.ndarray  # (sum(T+1), physics_dim)
     reward: np.ndarray  # (sum(T),)
     lengths: np.ndarray  # (E,) steps per episode
@@ -117,14 +133,17 @@ class Demos:
         domain: str,
         task: str,
         observations: Sequence[np.ndarray],
-        actions: Sequence[np.ndarray],
+        actions: Sequence[np.ndarray] | None = None,
         rewards: Sequence[np.ndarray] | None = None,
         physics: Sequence[np.ndarray] | None = None,
     ) -> Demos:
         """Your own demonstrations: per episode, its T+1 observations (the first the
         reset's) and the T actions taken, in the domain's layout (`rbfm envs`);
         optionally its T rewards and T+1 physics states. Checked as a demonstrations file
-        is (shapes, finite values, actions in [-1, 1]); no reward means zeros."""
+        is (shapes, finite values, actions in [-1, 1]); no reward means zeros. With no
+        actions the demonstrations are states only (motion capture, another body's
+        controller): `er`, `fm` and `goal` read those; the methods that clone actions
+        refuse them (`has_actions`)."""
         for name, given in (("observations", observations), ("actions", actions)):
             if isinstance(given, np.ndarray) and given.ndim == 2:
                 raise DatasetError(
@@ -132,17 +151,11 @@ class Demos:
                     f"per episode (one episode: [{name}])"
                 )
         obs = _episode_arrays("observations", observations, np.float32)
-        acts = _episode_arrays("actions", actions, np.float32)
-        if len(obs) != len(acts):
-            raise DatasetError(
-                f"Demos.from_arrays: {len(obs)} observation sequences for {len(acts)} action "
-                "sequences"
-            )
+        acts = None if actions is None else _episode_arrays("actions", actions, np.float32)
         spec = get_domain(domain)
         given_rewards = None if rewards is None else _episode_arrays("rewards", rewards)
         given_physics = None if physics is None else _episode_arrays("physics", physics)
-        _check_episodes(spec, obs, acts, given_rewards, given_physics)
-        lengths = np.array([len(a) for a in acts], np.int64)
+        lengths = _check_episodes(spec, obs, acts, given_rewards, given_physics)
         reward = (
             np.concatenate([np.ravel(r) for r in given_rewards])
             if given_rewards is not None
@@ -150,7 +163,9 @@ class Demos:
         )
         arrays = {
             "observation": np.concatenate(obs) if obs else np.zeros((0, 0), np.float32),
-            "action": np.concatenate(acts) if acts else np.zeros((0, 0), np.float32),
+            "action": (
+                np.concatenate(acts) if acts else np.zeros((0, spec.action_dim), np.float32)
+            ),
             "physics": (
                 np.concatenate(given_physics)
                 if given_physics is not None
@@ -167,6 +182,20 @@ class Demos:
     @property
     def num_episodes(self) -> int:
         return len(self.lengths)
+
+    @property
+    def has_actions(self) -> bool:
+        """False for states-only demonstrations (an action array of no rows)."""
+        return len(self.action) > 0
+
+    def require_actions(self, reader: str) -> None:
+        """Refuses states-only demonstrations for `reader`, which clones their actions."""
+        if not self.has_actions:
+            source = self.meta.get("path", f"these {self.domain}/{self.task} demonstrations")
+            raise DatasetError(
+                f"{reader} reads the actions taken, and {source} hold states only (no "
+                "actions); er, fm and goal read states alone"
+            )
 
     def _offsets(self) -> tuple[np.ndarray, np.ndarray]:
         steps = np.concatenate([[0], np.cumsum(self.lengths)])
@@ -193,7 +222,7 @@ class Demos:
             self.domain,
             self.task,
             self.observation[row_idx],
-            self.action[step_idx],
+            self.action[step_idx] if self.has_actions else self.action,
             self.physics[row_idx] if len(self.physics) else self.physics,
             self.reward[step_idx],
             self.lengths[index],
@@ -218,6 +247,7 @@ class Demos:
 
     def transitions(self) -> dict[str, np.ndarray]:
         """(s, a, s', a') for every step that has a next action: T-1 per episode."""
+        self.require_actions("a method that clones actions (fbil, rbfm-light, ...)")
         rows, steps = self._offsets()
         out: dict[str, list[np.ndarray]] = {
             k: [] for k in ("observation", "action", "next_observation", "next_action")
@@ -350,10 +380,11 @@ def _validated(
     if len(lengths) == 0:
         raise DatasetError(f"{where}: holds no episodes")
     physics_rows = 0 if len(arrays["physics"]) == 0 else int((lengths + 1).sum())
+    action_rows = 0 if len(arrays["action"]) == 0 else int(lengths.sum())  # 0: states only
     expected = {
         "observation": (int((lengths + 1).sum()), spec.obs_dim),
         "physics": (physics_rows, spec.physics_dim),
-        "action": (int(lengths.sum()), spec.action_dim),
+        "action": (action_rows, spec.action_dim),
     }
     for key, shape in expected.items():
         if arrays[key].shape != shape:
@@ -394,7 +425,7 @@ def _validated(
             f"{where}: episode {episode}'s return is {cast['returns'][episode]:g}, but its "
             f"rewards sum to {sums[episode]:g}; returns must be the sums of the rewards"
         )
-    size = np.abs(cast["action"]).reshape(n_steps, -1).max(1)
+    size = np.abs(cast["action"]).max(1) if action_rows else np.zeros(0)
     if (size > 1 + 1e-5).any():
         step = int(size.argmax())
         episode = int(np.searchsorted(np.cumsum(lengths), step, side="right"))
