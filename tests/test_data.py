@@ -131,6 +131,20 @@ def _corrupt(tmp_path: Path, how: str) -> tuple[Path, str]:
     elif how == "missing_key":
         del ep["physics"]
         msg = r"missing keys \['physics'\]"
+    elif how == "text":
+        ep["observation"] = np.full(ep["observation"].shape, "a")
+        msg = "observation holds <U1 values; expected real numbers"
+    elif how == "scalar":
+        ep["reward"] = np.array(0.0)
+        msg = "reward holds one value, not one row per step"
+    elif how == "action_bound":
+        ep["action"] = ep["action"].copy()
+        ep["action"][3, 0] = 100.0
+        msg = r"action holds 100 in magnitude \(valid: \[-1, 1\]\)"
+    elif how == "discount":
+        ep["discount"] = ep["discount"].copy()
+        ep["discount"][4] = -5.0
+        msg = r"discount holds -5 \(valid: \[0, 1\]\)"
     else:
         ep["reward"] = ep["reward"][:-3]
         msg = "different row counts"
@@ -139,13 +153,23 @@ def _corrupt(tmp_path: Path, how: str) -> tuple[Path, str]:
     return buffer, msg
 
 
-@pytest.mark.parametrize("how", ["truncated", "garbage", "obs_size", "nan", "missing_key", "rows"])
+@pytest.mark.parametrize(
+    "how",
+    ["truncated", "garbage", "obs_size", "nan", "missing_key", "rows", "text", "scalar",
+     "action_bound", "discount"],
+)  # fmt: skip
 def test_defective_episode_names_the_file_and_the_defect(tmp_path: Path, how: str) -> None:
     buffer, msg = _corrupt(tmp_path, how)
     victim = sorted(buffer.iterdir())[1].name
     with pytest.raises(DatasetError, match=msg) as err:
         load_dataset(buffer)
     assert victim in str(err.value)
+
+
+def test_a_dataset_of_one_step_episodes_holds_no_transition_and_is_refused(tmp_path: Path) -> None:
+    buffer, _ = _write(tmp_path, episodes=2, steps=1)
+    with pytest.raises(DatasetError, match=r"2 episodes and no transition \(s, a, s', a'\)"):
+        load_dataset(buffer)
 
 
 def test_length_in_name_must_match_contents(tmp_path: Path) -> None:

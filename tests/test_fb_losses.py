@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 from pathlib import Path
 
 import numpy as np
@@ -200,18 +201,25 @@ def test_fb_config_overrides_are_checked() -> None:
         fb_config("cpu", batchsize=1)
     with pytest.raises(ConfigError, match="batch_size: expected int"):
         fb_config("cpu", batch_size=1.5)
-    with pytest.raises(ConfigError, match=r"actor_pessimism: 2.0 is out of range \(valid: 0..1\)"):
-        fb_config("cpu", actor_pessimism=2)
-    with pytest.raises(ConfigError, match=r"conservative_coef: -1.0 is negative \(valid: >= 0\)"):
-        fb_config("cpu", conservative_coef=-1)
-    with pytest.raises(ConfigError, match=r"conservative_actions: 1 \(valid: >= 2\)"):
-        fb_config("cpu", conservative_actions=1)
-    with pytest.raises(ConfigError, match=r"actor_bc: -0.1 is negative \(valid: >= 0\)"):
-        fb_config("cpu", actor_bc=-0.1)
-    with pytest.raises(ConfigError, match=r"lr_end: 1.5 is out of range \(valid: 0..1\)"):
-        fb_config("cpu", lr_end=1.5)
-    with pytest.raises(ConfigError, match=r"average_tau: 1.0 is out of range"):
-        fb_config("cpu", average_tau=1)
+    # Every field's range, before a network is built (a NaN tau trained to NaN weights).
+    for field, value, valid in [
+        ("actor_pessimism", 2, "2.0 is out of range (valid: a number in [0, 1])"),
+        ("conservative_coef", -1, "-1.0 is out of range (valid: a number in [0, inf))"),
+        ("conservative_actions", 1, "1 is out of range (valid: an integer in [2, inf))"),
+        ("actor_bc", -0.1, "-0.1 is out of range"),
+        ("lr_end", 1.5, "1.5 is out of range (valid: a number in [0, 1])"),
+        ("average_tau", 1, "1.0 is out of range (valid: a number in [0, 1))"),
+        ("tau", float("nan"), "nan is out of range (valid: a number in (0, 1])"),
+        ("lr", 0, "0.0 is out of range (valid: a number in (0, inf))"),
+        ("gamma", 1, "1.0 is out of range (valid: a number in [0, 1))"),
+        ("batch_size", 1, "1 is out of range (valid: an integer in [2, inf))"),
+        ("z_dim", 0, "0 is out of range"),
+        ("eval_every", 0, "0 is out of range"),
+        ("forward_hidden", ["a"], "'a' is not a number"),
+        ("forward_hidden", [], "needs at least one layer width"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(f"FB config.{field}: {valid}")):
+            fb_config("cpu", **{field: value})
 
 
 def _batch(seed: int, obs_dim: int = 17, action_dim: int = 6) -> dict[str, torch.Tensor]:

@@ -376,6 +376,33 @@ def test_a_cuda_graph_on_the_cpu_is_refused_before_any_work(dataset: Path, tmp_p
         pretrain(replace(cfg, device=None, compile=True), progress=False)
 
 
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # A NaN tau trained to NaN weights, saved as the run's best model, with exit 0.
+        (["--set", "tau=NaN"], "FB config.tau: nan is out of range"),
+        (["--set", "steps=5"], "steps is an option of its own (--steps), not a --set field"),
+        (["--eval-every", "0"], "FB config.eval_every: 0 is out of range"),
+        (["--steps", "-10"], "FB config.steps: -10 is out of range"),
+        (["--log-every", "0"], "pretrain.log_every: 0 is out of range"),
+        (["--workers", "-1"], "pretrain.workers: -1 is out of range"),
+        (["--transitions", "0"], "pretrain.transitions: 0 is out of range"),
+        (["--threads", "0"], "pretrain.threads: 0 is out of range"),
+    ],
+)
+def test_bad_pretraining_options_are_refused_before_the_run_folder_exists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    from rbfm.cli import main
+
+    out = tmp_path / "run"
+    base = ["pretrain", "--dataset", str(tmp_path / "none"), "--out", str(out), "--preset", "tiny"]
+    assert main([*base, *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err, err
+    assert not out.exists()
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 def test_a_cuda_graph_run_trains_resumes_and_extends(dataset: Path, tmp_path: Path) -> None:
     """`--cuda-graph` end to end: evaluations and checkpoints between replays, then the

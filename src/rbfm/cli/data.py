@@ -71,7 +71,9 @@ def pretrain(args: argparse.Namespace) -> None:
     from rbfm.training.pretrain import pretrain
 
     cfg = call(PretrainConfig, args, bf16=args.bf16 or None, overrides=checks.assignments(args.set))
+    cfg.fb()  # the model's settings, refused before the dataset is read
     if args.threads is not None:
+        checks.in_range("pretrain", "threads", args.threads, 1, integer=True)
         torch.set_num_threads(args.threads)
     run = pretrain(cfg, progress=not args.quiet)
     print(f"run finished: {run} (best model: {run / 'best.safetensors'})")

@@ -263,4 +263,10 @@ def load_dataset(
         if cache:
             _write_cache(cache_dir, arrays, manifest)
     lengths = arrays.pop("lengths")
-    return Dataset(spec, buffer, [f.name for f in files], arrays, lengths)
+    ds = Dataset(spec, buffer, [f.name for f in files], arrays, lengths)
+    if len(ds) == 0:  # every episode of one step: no (s, a, s', a') to train on
+        raise DatasetError(
+            f"{buffer}: {len(files)} episodes and no transition (s, a, s', a'); an episode "
+            "of T steps gives T-1, so each needs at least 2 steps"
+        )
+    return ds

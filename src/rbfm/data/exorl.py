@@ -118,6 +118,12 @@ def key_widths(domain: DomainSpec) -> dict[str, int]:
 def validate_episode(episode: Mapping[str, np.ndarray], domain: DomainSpec, where: str) -> None:
     """Checks row counts, widths against the domain, and finiteness."""
     present = episode_keys(episode)
+    for key in present:
+        kind = episode[key].dtype
+        if episode[key].ndim == 0:
+            raise DatasetError(f"{where}: {key} holds one value, not one row per step")
+        if not (np.issubdtype(kind, np.integer) or np.issubdtype(kind, np.floating)):
+            raise DatasetError(f"{where}: {key} holds {kind} values; expected real numbers")
     rows = {k: len(episode[k]) for k in present}
     if len(set(rows.values())) != 1:
         raise DatasetError(f"{where}: keys have different row counts {rows}")
@@ -139,6 +145,13 @@ def validate_episode(episode: Mapping[str, np.ndarray], domain: DomainSpec, wher
                 f"{where}: {key} has non-finite values (NaN or inf) in rows "
                 f"{np.flatnonzero(bad)[:5].tolist()}"
             )
+    # The environments' bounds: an action beyond them was never taken, and a discount
+    # outside [0, 1] is no discount (row 0, the reset's, holds action 0 and discount 1).
+    if (size := float(np.abs(episode["action"]).max())) > 1 + 1e-5:
+        raise DatasetError(f"{where}: action holds {size:g} in magnitude (valid: [-1, 1])")
+    discount = episode["discount"].ravel()
+    if (outside := discount[(discount < 0) | (discount > 1)]).size:
+        raise DatasetError(f"{where}: discount holds {outside[0]:g} (valid: [0, 1])")
     if "dynamics" in episode and (episode["dynamics"] != episode["dynamics"][:1]).any():
         raise DatasetError(f"{where}: dynamics differ between rows; an episode has one physics")
     parsed = parse_name(Path(where).name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from rbfm.checks import in_range, positive_ints
 from rbfm.errors import ConfigError, unknown
 
 
@@ -68,28 +69,31 @@ class FBConfig:
     context: int = 0
 
     def __post_init__(self) -> None:
-        if not 0 <= self.context <= 64:
-            raise ConfigError(f"FB config context: {self.context} (valid: 0..64 steps)")
-        for name in ("target_pessimism", "actor_pessimism"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ConfigError(f"FB config {name}: {value} is out of range (valid: 0..1)")
-        if not 0.0 <= self.lr_end <= 1.0:
-            raise ConfigError(f"FB config lr_end: {self.lr_end} is out of range (valid: 0..1)")
-        if not 0.0 <= self.average_tau < 1.0:
-            raise ConfigError(
-                f"FB config average_tau: {self.average_tau} is out of range (valid: 0 <= x < 1)"
-            )
-        if self.conservative_coef < 0:
-            raise ConfigError(
-                f"FB config conservative_coef: {self.conservative_coef} is negative (valid: >= 0)"
-            )
-        if self.actor_bc < 0:
-            raise ConfigError(f"FB config actor_bc: {self.actor_bc} is negative (valid: >= 0)")
-        if self.conservative_actions < 2:
-            raise ConfigError(
-                f"FB config conservative_actions: {self.conservative_actions} (valid: >= 2)"
-            )
+        # Every field, before a network is built: a NaN rate or tau trains to NaN weights
+        # that a run would otherwise save as its best model.
+        own = "FB config"
+        for name in ("forward_hidden", "backward_hidden", "actor_hidden", "preprocessor_hidden"):
+            positive_ints(own, name, getattr(self, name))
+        counts = {
+            "z_dim": 1, "embed_dim": 1, "batch_size": 2, "steps": 1, "reward_samples": 1,
+            "eval_every": 1, "eval_episodes": 1, "checkpoint_every": 1,
+            "conservative_actions": 2, "context": 0,
+        }  # fmt: skip
+        for name, low in counts.items():
+            in_range(own, name, getattr(self, name), low, 64 if name == "context" else None,
+                     integer=True)  # fmt: skip
+        in_range(own, "lr", self.lr, 0, open_low=True)
+        in_range(own, "gamma", self.gamma, 0, 1, open_high=True)
+        in_range(own, "tau", self.tau, 0, 1, open_low=True)
+        in_range(own, "average_tau", self.average_tau, 0, 1, open_high=True)
+        for name in ("z_mix_ratio", "target_pessimism", "actor_pessimism", "lr_end"):
+            in_range(own, name, getattr(self, name), 0, 1)
+        for name in ("ortho_coef", "conservative_coef", "actor_bc", "actor_noise",
+                     "actor_noise_clip"):  # fmt: skip
+            in_range(own, name, getattr(self, name), 0)
+        for name in ("bf16", "obs_norm"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{own}.{name}: {getattr(self, name)!r} is not true or false")
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

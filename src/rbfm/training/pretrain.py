@@ -28,9 +28,11 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from rbfm.atomic import atomic_write
+from rbfm.checks import in_range
 from rbfm.data import Dataset, load_dataset
 from rbfm.data.dataset import draw_transitions
 from rbfm.device import pick_device, slow_bf16
+from rbfm.errors import ConfigError
 from rbfm.evaluation import EnvSpec, RolloutEngine, fb_policy, iqm
 from rbfm.fb.checkpoint import save_checkpoint
 from rbfm.fb.config import FBConfig, fb_config
@@ -66,6 +68,18 @@ class PretrainConfig:
     log_every: int = 1000
     # Any other FBConfig fields (`rbfm pretrain --set target_pessimism=0`): ablations.
     overrides: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, low in (("transitions", 1), ("seed", 0), ("workers", 0), ("log_every", 1)):
+            value = getattr(self, name)
+            if value is not None:
+                in_range("pretrain", name, value, low, integer=True)
+        named = ("steps", "bf16", "eval_every", "eval_episodes", "checkpoint_every")
+        if clash := [k for k, _ in self.overrides if k in named]:
+            raise ConfigError(
+                f"pretrain: {clash[0]} is an option of its own (--{clash[0].replace('_', '-')}), "
+                "not a --set field"
+            )
 
     def fb(self) -> FBConfig:
         return fb_config(
