@@ -175,6 +175,31 @@ def test_a_model_s_invalid_experts_fail_naming_the_model(
 
 
 @pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"name": 5}, r"^name: 5 must be letters"),
+        ({"num_demos": "2"}, r"^num_demos: '2' is out of range"),
+        ({"eval_seed": -4}, r"^eval_seed: -4 is out of range"),
+        ({"demo_seed": 1.5}, r"^demo_seed: 1.5 is out of range"),
+        ({"bf16": "yes"}, r"^bf16: 'yes' is not true or false"),
+        ({"adapt": [{"budget": 2, "methods": []}]}, r"adapt\[0\]\.methods: give distinct FB"),
+        ({"levels": {"joint_friction": [0.0, 15.0, 15.0]}}, r"levels\.joint_friction: a level"),
+    ],
+)
+def test_spec_fields_of_another_type_or_repeated_are_refused_by_name(
+    checkpoint: str, change: dict[str, Any], message: str
+) -> None:
+    data = smoke_dict(checkpoint)
+    if "levels" in change:
+        data["models"][0]["families"] = ["joint_friction"]
+        data["models"][0]["levels"] = change["levels"]
+    else:
+        data.update(change)
+    with pytest.raises(ConfigError, match=message):
+        plan(from_dict(data))
+
+
+@pytest.mark.parametrize(
     ("experts", "message"),
     [
         (["own", "own"], "experts: give distinct expert sources"),
@@ -1147,3 +1172,14 @@ def test_presets_computed_on_the_cpu_walker_keep_it_under_the_names_they_ran_wit
     names = {c.expert.name for c in plan(PRESETS["shift-paper-fbil-walker"]).demos}
     assert names == {"noisy:walker"}
     assert {c.expert.sha256 for c in plan(PRESETS["shift-paper-fbil-walker"]).demos} == {old}
+
+
+def test_a_negative_worker_count_is_refused_before_the_run_folder_and_lock_exist(
+    checkpoint: str, tmp_path: Path
+) -> None:
+    from rbfm.reporting.experiment import run_and_report
+
+    out = tmp_path / "run"
+    with pytest.raises(ConfigError, match=r"experiment\.workers: -1 is out of range"):
+        list(run_and_report(from_dict(smoke_dict(checkpoint)), out, workers=-1))
+    assert not out.exists()

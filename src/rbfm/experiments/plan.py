@@ -294,7 +294,11 @@ def _families(entry: ModelEntry, where: str) -> dict[str, tuple[float | None, ..
             continue
         chosen = levels.get(fam, tuple(sweep))
         lo, hi = min(sweep), max(sweep)
+        if len(set(chosen)) != len(chosen):  # a level twice: its cells counted twice
+            raise ConfigError(f"{where}.levels.{fam}: a level is listed twice")
         for x in chosen:
+            if isinstance(x, bool) or not isinstance(x, int | float):
+                raise ConfigError(f"{where}.levels.{fam}: {x!r} is not a number")
             if not math.isfinite(x) or not lo <= x <= hi:
                 raise ConfigError(
                     f"{where}.levels.{fam}: {x} is outside the family's range [{lo:g}, {hi:g}]"
@@ -394,6 +398,8 @@ def _adapt_config(entry: AdaptEntry, where: str, labels: set[str]) -> dict[str, 
                 f"{where}.evaluate: {k!r} (valid: multiples of states={cfg.states} up to the "
                 f"budget {cfg.budget})"
             )
+    if not entry.methods or len(set(entry.methods)) != len(entry.methods):
+        raise ConfigError(f"{where}.methods: give distinct FB methods (an empty list adapts none)")
     for m in entry.methods:
         if m not in ALL_METHODS or m in BASELINE_METHODS or m in SEQUENCE_METHODS:
             raise ConfigError(f"{where}.methods: {m!r} is not an FB method with one task vector")
@@ -414,7 +420,9 @@ def _adapt_config(entry: AdaptEntry, where: str, labels: set[str]) -> dict[str, 
 
 
 def _check_counts(spec: ExperimentSpec) -> None:
-    if not spec.name or not all(c.isalnum() or c in "-_." for c in spec.name):
+    if not isinstance(spec.name, str) or not spec.name:
+        raise ConfigError(f"name: {spec.name!r} must be letters, digits, '-', '_' or '.'")
+    if not all(c.isalnum() or c in "-_." for c in spec.name):
         raise ConfigError(f"name: {spec.name!r} must be letters, digits, '-', '_' or '.'")
     if not spec.seeds or len(set(spec.seeds)) != len(spec.seeds):
         raise ConfigError("seeds: give distinct inference seeds (a list, or a count)")
@@ -423,13 +431,17 @@ def _check_counts(spec: ExperimentSpec) -> None:
             raise ConfigError(f"seeds: {s!r} is not a non-negative integer")
     for name, value, low in (
         ("demos", spec.demos, 1),
+        ("num_demos", spec.num_demos, 1),
         ("episodes", spec.episodes, 1),
+        ("eval_seed", spec.eval_seed, 0),
+        ("demo_seed", spec.demo_seed, 0),
         ("certificate_steps", spec.certificate_steps, 0),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"{name}: {value!r} is out of range (valid: >= {low})")
-    if not isinstance(spec.ceiling, bool):
-        raise ConfigError(f"ceiling: {spec.ceiling!r} is not true or false")
+    for name, flag in (("ceiling", spec.ceiling), ("bf16", spec.bf16)):
+        if not isinstance(flag, bool):
+            raise ConfigError(f"{name}: {flag!r} is not true or false")
     for name, value, low in (
         ("planner_episodes", spec.planner_episodes, 1),
         ("planner_levels", spec.planner_levels, 0),

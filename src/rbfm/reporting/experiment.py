@@ -35,6 +35,8 @@ def run_and_report(
     (`run_experiment`)."""
     out = Path(out or f"runs/experiments/{spec.name}")
     checks.out_dir(out)
+    if workers is not None:  # before the run's folder and lock are made (and in a dry run)
+        checks.in_range("experiment", "workers", workers, 0, integer=True)
     p = plan(spec)  # every field checked before anything starts
     yield describe(p)
     if dry_run:
