@@ -128,8 +128,8 @@ def test_the_api_refuses_what_it_cannot_use(model: rbfm.Model, tmp_path: Path) -
     with pytest.raises(DatasetError, match=r"observations is one 2-d array; pass a list"):
         rbfm.Demos.from_arrays("cheetah", "run", np.zeros((3, 17)), np.zeros((2, 6)))
     # Arrays numpy would raise on, or cast without a word (a bool, a complex number), named.
-    with pytest.raises(DatasetError, match=r"actions is None; pass a list with one array per"):
-        rbfm.Demos.from_arrays("cheetah", "run", obs, None)  # type: ignore[arg-type]
+    with pytest.raises(DatasetError, match=r"actions is str; pass a list with one array per"):
+        rbfm.Demos.from_arrays("cheetah", "run", obs, "actions")  # type: ignore[arg-type]
     ragged = [[0.0] * 17, [0.0] * 17, [0.0] * 3]
     with pytest.raises(DatasetError, match="episode 0's observations are not one rectangular"):
         rbfm.Demos.from_arrays("cheetah", "run", [ragged], acts[:1])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -53,6 +54,40 @@ def test_unreadable_weights_with_a_matching_hash(saved: Path) -> None:
     meta["sha256"] = hashlib.sha256(w.read_bytes()).hexdigest()
     (saved / "best.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="unreadable safetensors"):
+        load_checkpoint(saved)
+
+
+def test_nan_weights_with_a_matching_hash_are_refused(tmp_path: Path) -> None:
+    # A run that diverged saves NaN weights whose hash its description records correctly.
+    model = FBModel(17, 6, fb_config("tiny"))
+    with torch.no_grad():
+        model.backward_map.net[0].weight[0, 0] = float("nan")
+    save_checkpoint(tmp_path / "best", model, {"domain": "cheetah"})
+    with pytest.raises(CheckpointError, match=r"best.safetensors: non-finite weights in "):
+        load_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"obs_dim": "17"}, "obs_dim is '17', not an integer"),
+        ({"config": None}, "config is None, not a table"),
+        ({"config": {"z_dim": "x"}}, "FB config.z_dim: 'x' is not a number"),
+        ({"config": {"forward_hidden": 5}}, "FB config.forward_hidden: 5 is not a list"),
+        ({"task_z": {"run": [0.5, 0.5]}}, "task_z['run'] is not 8 finite numbers"),
+        ({"task_z": {"run": [float("nan")] * 8}}, "task_z['run'] is not 8 finite numbers"),
+        ({"task_z": {"fly": [1.0] * 8}}, "task_z names 'fly', not a cheetah task"),
+    ],
+)
+def test_a_description_of_wrong_fields_is_refused_by_name(
+    saved: Path, change: dict[str, object], message: str
+) -> None:
+    path = saved / "best.json"
+    meta = json.loads(path.read_text())
+    for key, value in change.items():
+        meta[key] = {**meta[key], **value} if key == "config" and value else value
+    path.write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=re.escape(message)):
         load_checkpoint(saved)
 
 
@@ -113,10 +148,14 @@ def test_export_keeps_weights_and_description_without_the_targets(tmp_path: Path
         for p in [*trained.forward_map.parameters(), *trained.backward_map.parameters()]:
             p.add_(0.1)
     save_checkpoint(tmp_path / "best", trained, {"domain": "cheetah", "step": 7})
-    stem = export_checkpoint(tmp_path, tmp_path / "ref" / "model.json", {"task_z": {"run": [1]}})
+    with pytest.raises(CheckpointError, match=r"task_z\['run'\] is not 8 finite numbers"):
+        export_checkpoint(tmp_path, tmp_path / "bad" / "model.json", {"task_z": {"run": [1]}})
+    assert not (tmp_path / "bad").exists()
+    z = {"run": [1.0] * 8}
+    stem = export_checkpoint(tmp_path, tmp_path / "ref" / "model.json", {"task_z": z})
     original, meta = load_checkpoint(tmp_path)
     copy, exported = load_checkpoint(stem)
-    assert exported["step"] == meta["step"] == 7 and exported["task_z"] == {"run": [1]}
+    assert exported["step"] == meta["step"] == 7 and exported["task_z"] == z
     stored = load_file(str(stem.with_suffix(".safetensors")))
     assert not [k for k in stored if k.startswith("target_")]
     online = original.state_dict()

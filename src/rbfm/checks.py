@@ -64,6 +64,8 @@ def in_range(
 
 
 def positive_ints(owner: str, name: str, values: tuple[int, ...]) -> None:
+    if not isinstance(values, tuple | list):
+        raise ConfigError(f"{owner}.{name}: {values!r} is not a list of layer widths")
     if not values:
         raise ConfigError(f"{owner}.{name}: needs at least one layer width")
     for v in values:

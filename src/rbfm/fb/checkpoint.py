@@ -24,6 +24,7 @@ errors can name a model that is not installed and say how to get it.
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ from safetensors.torch import load_file, save_file
 
 from rbfm.atomic import PAIR, atomic_write, beside, file_sha256, stem_of
 from rbfm.device import pick_device
-from rbfm.envs import DOMAINS, get_domain
+from rbfm.envs import DOMAINS, TASKS, get_domain
 from rbfm.errors import ConfigError, RbfmError
 from rbfm.fb.config import FBConfig
 from rbfm.fb.model import FBModel
@@ -432,6 +433,16 @@ def load_checkpoint(
             "demonstrations or task given with it)"
         )
     spec = get_domain(meta["domain"])
+    described = beside(stem, ".json")
+    for key in ("obs_dim", "action_dim"):
+        if isinstance(meta.get(key), bool) or not isinstance(meta.get(key), int):
+            raise CheckpointError(f"{described}: {key} is {meta.get(key)!r}, not an integer")
+    if not isinstance(meta.get("config"), dict):
+        raise CheckpointError(f"{described}: config is {meta.get('config')!r}, not a table")
+    try:
+        cfg = FBConfig.from_json(meta["config"])
+    except ConfigError as e:
+        raise CheckpointError(f"{described}: {e}") from None
     if (meta["obs_dim"], meta["action_dim"]) != (spec.obs_dim, spec.action_dim):
         raise CheckpointError(
             f"{stem}: dimensions {meta['obs_dim']}/{meta['action_dim']} do not match the "
@@ -442,7 +453,11 @@ def load_checkpoint(
         state = load_file(str(weights))
     except (SafetensorError, OSError) as e:
         raise CheckpointError(f"{weights}: unreadable safetensors file ({e})") from e
-    model = FBModel(meta["obs_dim"], meta["action_dim"], FBConfig.from_json(meta["config"]))
+    # The hash names the file, not sound weights: a run that diverged saves NaN ones.
+    if broken := [k for k, v in state.items() if v.is_floating_point() and not v.isfinite().all()]:
+        raise CheckpointError(f"{weights}: non-finite weights in {', '.join(broken[:3])}")
+    _check_task_z(described, meta, spec.name, cfg.z_dim)
+    model = FBModel(meta["obs_dim"], meta["action_dim"], cfg)
     if not any(k.startswith(_TARGETS) for k in state):  # an export: targets = online nets
         state |= {
             f"target_{k}": v
@@ -466,6 +481,25 @@ def load_checkpoint(
     return model.to(pick_device(device)).eval(), meta
 
 
+def _check_task_z(described: Path, meta: dict[str, Any], domain: str, z_dim: int) -> None:
+    """The stored task vectors, which experts and zero-shot read without a dataset: one
+    finite z of the model's size per task of its domain."""
+    stored = meta.get("task_z", {})
+    if not isinstance(stored, dict):
+        raise CheckpointError(f"{described}: task_z is not a table of task vectors")
+    for task, z in stored.items():
+        if task not in TASKS[domain]:
+            raise CheckpointError(
+                f"{described}: task_z names {task!r}, not a {domain} task "
+                f"(valid: {', '.join(TASKS[domain])})"
+            )
+        ok = isinstance(z, list) and len(z) == z_dim
+        if not ok or not all(isinstance(x, int | float) and math.isfinite(x) for x in z):
+            raise CheckpointError(
+                f"{described}: task_z[{task!r}] is not {z_dim} finite numbers (the model's z)"
+            )
+
+
 def export_checkpoint(
     path: str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -477,7 +511,6 @@ def export_checkpoint(
     `dtype` if given."""
     model, meta = load_checkpoint(path)
     stem = stem_of(out)
-    stem.parent.mkdir(parents=True, exist_ok=True)
     keep = {
         k: v
         for k, v in meta.items()
@@ -492,6 +525,9 @@ def export_checkpoint(
         keep["dataset"] = data
     if "dataset" in extra:
         extra = {**extra, "dataset": {**keep.get("dataset", {}), **extra["dataset"]}}
+    # Nothing written that load_checkpoint would refuse.
+    _check_task_z(beside(stem, ".json"), {**keep, **extra}, meta["domain"], model.cfg.z_dim)
+    stem.parent.mkdir(parents=True, exist_ok=True)
     save_checkpoint(stem, model, {**keep, **extra}, targets=False, dtype=dtype)
     return stem
 
