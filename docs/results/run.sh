@@ -49,7 +49,9 @@ main() {
             adapt-quadruped@walk adapt-quadruped@run adapt-quadruped@jump adapt-independent
             adapt-cone-walker-rand-ctx external q1-walker external-walker-default@walk
             external-walker-default@stand external-walker-default@run external-walker-default@flip
-            grid-walker-default@walk)
+            adapt-walker-default@walk adapt-walker-default@stand adapt-walker-default@run
+            adapt-walker-default@flip grid-walker-default@walk grid-walker-default@stand
+            grid-walker-default@run)
     fi
     # `external` is its three domains' stages (a planner ceiling costs minutes an episode).
     expanded=()
