@@ -111,7 +111,10 @@ def test_pretrain_set_rejects_unknown_fields_before_any_work(
     out = tmp_path / "run"
     for item, message in [
         ("z_dims=3", "unknown FB config field 'z_dims'"),
-        ("target_pessimism=1.5", "target_pessimism: 1.5 is out of range (valid: 0..1)"),
+        (
+            "target_pessimism=1.5",
+            "target_pessimism: 1.5 is out of range (valid: a number in [0, 1])",
+        ),
         ("batch_size", "--set: expected KEY=VALUE, got 'batch_size'"),
     ]:
         args = ["pretrain", "--dataset", str(tmp_path), "--out", str(out), "--set", item]
