@@ -277,7 +277,7 @@ def test_numpy_counts_are_taken_as_python_integers() -> None:
 def test_a_start_z_the_model_cannot_take_is_refused_before_any_episode(
     model: FBModel, demos: Demos
 ) -> None:
-    cfg, d = AdaptConfig(budget=1), model.cfg.z_dim
+    cfg, d = AdaptConfig(budget=2), model.cfg.z_dim
     with pytest.raises(ConfigError, match=rf"start z is \(5,\); the model's z is \({d},\)"):
         adapt(model, demos, torch.ones(5), ENV, cfg)
     with pytest.raises(ConfigError, match=rf"start z is \(1, {d}\)"):
@@ -321,10 +321,10 @@ def test_an_environment_of_another_domain_is_refused(
     model: FBModel, demos: Demos, z0: torch.Tensor
 ) -> None:
     with pytest.raises(ConfigError, match="demonstrations of cheetah for an environment of walker"):
-        adapt(model, demos, z0, EnvSpec("walker", "walk"), AdaptConfig(budget=1))
+        adapt(model, demos, z0, EnvSpec("walker", "walk"), AdaptConfig(budget=2))
     walker_demos = Demos("walker", "walk", *(np.zeros(1),) * 6, {})  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="a model of another domain"):
-        adapt(model, walker_demos, z0, EnvSpec("walker", "walk"), AdaptConfig(budget=1))
+        adapt(model, walker_demos, z0, EnvSpec("walker", "walk"), AdaptConfig(budget=2))
 
 
 def test_the_paired_block_test_on_exact_cases() -> None:
@@ -396,7 +396,7 @@ def test_a_block_too_long_for_the_paired_test_is_refused_before_any_episode(
 ) -> None:
     # 600 steps leave one block per 1000-step episode: `keep="clear"` could never leave z0.
     with pytest.raises(ConfigError, match=r"block: 600 steps leave 1 block\(s\) .*1\.\.500"):
-        adapt(model, demos, z0, ENV, AdaptConfig(budget=1, block=600), seed=0)
+        adapt(model, demos, z0, ENV, AdaptConfig(budget=2, block=600), seed=0)
 
 
 def test_a_start_z_or_demonstrations_that_are_not_finite_are_refused_before_any_episode(
@@ -404,11 +404,11 @@ def test_a_start_z_or_demonstrations_that_are_not_finite_are_refused_before_any_
 ) -> None:
     engine = _Counting()
     with pytest.raises(ConfigError, match="problem 0's start z is not finite"):
-        adapt(model, demos, z0 * math.nan, ENV, AdaptConfig(budget=1), engine=engine)
+        adapt(model, demos, z0 * math.nan, ENV, AdaptConfig(budget=2), engine=engine)
     obs = [o * np.float32(1e30) for o in demos.observations()]
     far = Demos.from_arrays(
         "cheetah", "run", obs, np.split(demos.action, np.cumsum(demos.lengths)[:-1])
     )
     with pytest.raises(ConfigError, match="B of episode 0's states is not finite"):
-        adapt(model, far, z0, ENV, AdaptConfig(budget=1), engine=engine)
+        adapt(model, far, z0, ENV, AdaptConfig(budget=2), engine=engine)
     assert engine.seeds == []

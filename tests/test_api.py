@@ -270,7 +270,10 @@ def test_what_would_turn_into_nan_or_a_silent_zero_is_refused(
     with pytest.raises(ConfigError, match=r"evaluate.episodes: 2.5 is not an integer"):
         rbfm.evaluate(rbfm.imitate(demos, "er", model), episodes=2.5)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"adapt.seed: -3 is out of range"):
-        rbfm.adapt(rbfm.imitate(demos, "er", model), demos, episodes=1, seed=-3)
+        rbfm.adapt(rbfm.imitate(demos, "er", model), demos, episodes=2, seed=-3)
+    # One episode is the start z's alone: the "adapted" z would be the one given.
+    with pytest.raises(ConfigError, match=r"budget: 1 episodes try no z but the start one"):
+        rbfm.adapt(rbfm.imitate(demos, "er", model), demos, episodes=1)
     with pytest.raises(ConfigError, match=r"adapt.episodes: 0 is out of range"):
         rbfm.adapt(rbfm.imitate(demos, "er", model), demos, episodes=0)
     with pytest.raises(ConfigError, match="adapt: demos is a list; pass a Demos"):

@@ -358,3 +358,24 @@ def test_states_only_demonstrations_are_refused_by_cloning_methods_on_the_comman
     assert not (tmp_path / "z.json").exists()
     assert main([*base, "--method", "er", "--out", str(tmp_path / "er.json")]) == 0
     assert json.loads((tmp_path / "er.json").read_text())["method"] == "er"
+
+
+def test_an_output_that_is_an_input_or_a_repeated_or_orphan_option_is_refused(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    z = str(files["z"])
+    before = files["z"].read_text()
+    # Writing the table over the task-vector file it reads would lose the file.
+    _fails(["evaluate", "--z", z, "--checkpoint", str(files["model"]), "--out", z],
+           f"--out: {z} would overwrite --z's {z}; give another name", capsys)  # fmt: skip
+    assert files["z"].read_text() == before
+    base = ["evaluate", "--z", z, "--checkpoint", str(files["model"]), "--episodes", "1"]
+    _fails([*base, "--levels", "5"], "--levels: needs a --perturbation family", capsys)
+    _fails([*base, "--perturbation", "joint_friction", "--levels", "5", "5"],
+           "--levels: give distinct levels", capsys)  # fmt: skip
+    _fails([*base, "--seed", "-1"], "evaluate.seed: -1 is out of range", capsys)
+    _fails(["evaluate", "--z", z, z, "--checkpoint", str(files["model"])],
+           "evaluate: a file is given twice", capsys)  # fmt: skip
+    model = ["zero-shot", "--checkpoint", str(files["model"]), "--task", "run"]
+    _fails([*model, "--workers", "-1"], "zero-shot.workers: -1 is out of range", capsys)
+    _fails([*model, "--seed", "-1"], "zero-shot.seed: -1 is out of range", capsys)

@@ -301,6 +301,7 @@ def adapt(
     check_adapt_task(f"adapt: {imitation.method}", imitation.task, demos)
     env = EnvSpec(imitation.domain, imitation.task, perturbation, level).checked()
     cfg = AdaptConfig(budget=episodes, search=search, criterion=criterion, keep=keep)
+    cfg.searches()
     res = adapt_z(imitation.model.fb, demos, imitation.z, env, cfg, seed)
     info = (imitation.info or {}) | {"adaptation": adaptation_record(res, cfg, env)}
     return Imitation(

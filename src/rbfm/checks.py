@@ -124,6 +124,31 @@ def out_file(path: str | os.PathLike[str] | None, made: bool = False) -> None:
     _takes_files(folder)
 
 
+# The command-line options that name files a command reads.
+INPUT_OPTIONS = ("checkpoint", "z", "demos", "dataset", "path")
+
+
+def _pair(path: Path) -> set[Path]:
+    """A file and, for a model's or policy's pair, its other half: what writing it replaces."""
+    p = path.resolve()
+    return {p, p.with_suffix(".json"), p.with_suffix(".safetensors")} if p.suffix else {p}
+
+
+def out_is_no_input(out: object, inputs: Mapping[str, object]) -> None:
+    """`--out` naming a file the command reads (or the other half of its pair) would
+    overwrite it with the result: refused before anything is read. `inputs`: each
+    option's value, a path or a list of them."""
+    if not isinstance(out, str) or Path(out).is_dir():
+        return
+    written = _pair(Path(out))
+    for option, given in inputs.items():
+        for value in given if isinstance(given, list) else [given]:
+            if isinstance(value, str) and Path(value).is_file() and _pair(Path(value)) & written:
+                raise ConfigError(
+                    f"--out: {out} would overwrite --{option}'s {value}; give another name"
+                )
+
+
 def out_dir(path: str | os.PathLike[str], option: str = "--out") -> None:
     """An output folder (made if missing) must not be a file, nor lie under one, and the
     nearest folder of it that exists must take new files; errors name `option`."""

@@ -308,6 +308,7 @@ def adapt_to_file(
     (rbfm.inference.adapt) to the demos' task under `perturbation` at `level` (both None:
     nominal), written to `out` with its description extended by the adaptation's record;
     a line saying how it went."""
+    cfg.searches()
     env = EnvSpec(demos.domain, demos.task, perturbation, level).checked()
     z, info = load_z(z_file)
     checkpoint = checkpoint or info.get("checkpoint")
@@ -525,8 +526,18 @@ def evaluate_files(
     the files were inferred for, where they agree. Refused before any rollout: files of
     different domains, a task vector of another model, a file inferred for another task
     (unless `cross_task`), levels outside the family's range."""
-    checks.count("episodes", episodes)
+    checks.in_range("evaluate", "episodes", episodes, 1, integer=True)
+    checks.in_range("evaluate", "seed", seed, 0, integer=True)  # numpy takes no negatives
     checks.out_file(out)
+    if not paths:
+        raise ConfigError("evaluate: no files given (task vectors from `rbfm infer`, policies)")
+    if len({Path(p).resolve() for p in paths}) != len(paths):  # counted as two seeds
+        raise ConfigError("evaluate: a file is given twice")
+    if levels is not None:  # else ignored (nominal), or the sweep's levels run instead
+        if perturbation is None:
+            raise ConfigError("--levels: needs a --perturbation family to set the levels of")
+        if not levels or len(set(levels)) != len(levels):
+            raise ConfigError("--levels: give distinct levels (none: the family's sweep)")
     loaded: list[Loaded] = [(str(path), *load_any(path)) for path in paths]
     task = task or _agreed(loaded, "task", "--task")
     meta = None

@@ -16,6 +16,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -24,7 +25,8 @@ from rbfm import EVAL_SEED
 from rbfm.checks import in_range
 from rbfm.errors import ConfigError
 from rbfm.evaluation.sweep import SweepRow, sweep, write_csv
-from rbfm.fb.checkpoint import load_checkpoint, read_meta, shipped_model
+from rbfm.fb.checkpoint import load_checkpoint, shipped_model
+from rbfm.fb.model import FBModel
 from rbfm.methods import FB_METHODS, display_name
 from rbfm.reporting.plots import plot_sweep
 from rbfm.threads import torch_threads
@@ -60,6 +62,18 @@ class QuickstartConfig:
 
 def _log(start: float, message: str) -> None:
     print(f"[{time.perf_counter() - start:6.0f} s] {message}", flush=True)
+
+
+def _cheetah_model(path: Path, task: str) -> tuple[FBModel, dict[str, Any], torch.Tensor]:
+    """The quickstart's model and its expert's z: a cheetah model that stores the task's."""
+    model, meta = load_checkpoint(path, domain="cheetah")
+    task_z = meta.get("task_z", {})
+    if task not in task_z:
+        raise ConfigError(
+            f"{path} stores no reward-inferred z for {task!r} (it has: "
+            f"{', '.join(task_z) or 'none'}); the quickstart's expert acts by it"
+        )
+    return model, meta, torch.tensor(task_z[task])
 
 
 def _model_path(cfg: QuickstartConfig, start: float, progress: bool) -> Path:
@@ -108,13 +122,14 @@ def _quickstart(cfg: QuickstartConfig, progress: bool) -> list[SweepRow]:
 
     start = time.perf_counter()
     out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = _model_path(cfg, start, progress)
-    model, meta = load_checkpoint(path)
-    task_z = read_meta(path).get("task_z", {})
-    if cfg.task not in task_z:
-        raise ValueError(f"{path} holds no reward-inferred z for {cfg.task!r}")
-    z_expert = torch.tensor(task_z[cfg.task])
+    if cfg.checkpoint:  # a given model is checked before the output folder is made
+        path = Path(cfg.checkpoint)
+        model, meta, z_expert = _cheetah_model(path, cfg.task)
+        out.mkdir(parents=True, exist_ok=True)
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        path = _model_path(cfg, start, progress)
+        model, meta, z_expert = _cheetah_model(path, cfg.task)
     _log(
         start,
         f"generating {cfg.demos} expert demonstrations of cheetah/{cfg.task} "

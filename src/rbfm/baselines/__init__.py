@@ -99,7 +99,15 @@ def load_policy(path: str | os.PathLike[str]) -> tuple[str, nn.Module, dict[str,
     from rbfm.envs import get_domain
 
     meta = read_policy_meta(stem)
-    hidden = tuple(meta["config"]["hidden"])  # type: ignore[index]
+    config, dims_given = meta.get("config"), (meta.get("obs_dim"), meta.get("action_dim"))
+    hidden = config.get("hidden") if isinstance(config, dict) else None
+    ok = isinstance(hidden, list) and all(isinstance(h, int) and h > 0 for h in hidden)
+    if not ok or not all(isinstance(d, int) and not isinstance(d, bool) for d in dims_given):
+        raise CheckpointError(
+            f"{stem}.json: not a whole policy description (it needs obs_dim, action_dim and "
+            "config.hidden, as `rbfm infer` writes them)"
+        )
+    widths = tuple(hidden)  # type: ignore[arg-type]
     dims = int(meta["obs_dim"]), int(meta["action_dim"])  # type: ignore[call-overload]
     spec = get_domain(str(meta.get("domain")))
     if dims != (spec.obs_dim, spec.action_dim):
@@ -107,7 +115,7 @@ def load_policy(path: str | os.PathLike[str]) -> tuple[str, nn.Module, dict[str,
             f"{stem}: a policy for {dims[0]}/{dims[1]}-dim observations/actions, but "
             f"{spec.name}'s are {spec.obs_dim}/{spec.action_dim}"
         )
-    module = build_policy(str(meta["method"]), *dims, hidden)
+    module = build_policy(str(meta["method"]), *dims, widths)
     return str(meta["method"]), load_weights(stem, module, meta), meta
 
 

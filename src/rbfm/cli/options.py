@@ -208,6 +208,8 @@ def _checked_run(run: Run, checked: dict[str, Check], args: argparse.Namespace) 
     for option, check in checked.items():  # in the order the command names its options
         if (value := getattr(args, option)) is not None:
             check("--" + option.replace("_", "-"), value)
+    out = getattr(args, "out", None)
+    checks.out_is_no_input(out, {k: getattr(args, k, None) for k in checks.INPUT_OPTIONS})
     run(args)
 
 

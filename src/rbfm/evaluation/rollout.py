@@ -23,6 +23,7 @@ import numpy as np
 from dm_control.rl.control import PhysicsError
 from tqdm import tqdm
 
+from rbfm.checks import in_range
 from rbfm.envs import RbfmEnv, check_pair, get_domain, make_env
 from rbfm.envs.env import PhysicsStep
 
@@ -278,6 +279,7 @@ class RolloutEngine:
     """
 
     def __init__(self, workers: int = 2, max_envs: int = 400) -> None:
+        in_range("RolloutEngine", "workers", workers, 0, integer=True)
         # A cheetah environment holds ~13 MB (MuJoCo's arena): 400 is ~5 GB.
         self.workers, self.max_envs = workers, max_envs
         self._conns: list[Connection] = []

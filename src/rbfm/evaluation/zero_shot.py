@@ -128,13 +128,20 @@ def zero_shot_report(
 ) -> str:
     """`rbfm zero-shot`: a model's reward-inferred policies (every task by default) on
     `episodes` episodes each, as a table (and a CSV at `out`)."""
-    from rbfm.envs import TASKS, checked_tasks
+    from rbfm.checks import in_range
+    from rbfm.envs import TASKS, check_pair, checked_tasks, get_perturbation
     from rbfm.fb.checkpoint import load_checkpoint
     from rbfm.fb.reward_inference import task_vectors
 
+    in_range("zero-shot", "episodes", episodes, 1, integer=True)
+    in_range("zero-shot", "seed", seed, 0, integer=True)  # numpy's generators take no negatives
+    in_range("zero-shot", "workers", workers, 0, integer=True)
     model, meta = load_checkpoint(checkpoint, device=device)
     domain = meta["domain"]
     tasks = checked_tasks(domain, tasks or list(TASKS[domain]))
+    if perturbation is not None and level is None:  # the family's nominal value, its sweep's first
+        level = get_perturbation(domain, perturbation).levels[0]
+    check_pair(domain, perturbation, level)
     task_z, source = task_vectors(model, meta, tasks, checkpoint, dataset, seed, progress=True)
     dynamics = "nominal" if perturbation is None else f"{perturbation}={level:g}"
     head = (

@@ -140,6 +140,16 @@ class AdaptConfig:
     elites: int = 4  # cem: the best candidates of a generation, whose mean is the next
     decay: float = 0.8  # cem: the spread's factor per generation
 
+    def searches(self) -> None:
+        """Refuses a budget of the start z's episodes alone, which a user asking for an
+        adaptation would get back unchanged (a stage's smaller budgets are prefixes of
+        one search, and K = states is its first)."""
+        if self.budget < 2 * self.states:
+            raise ConfigError(
+                f"budget: {self.budget} episodes try no z but the start one (valid: at least "
+                f"{2 * self.states}, two candidates of states={self.states} episodes)"
+            )
+
     def __post_init__(self) -> None:
         for name, unit in COUNTS.items():
             value = getattr(self, name)
