@@ -192,8 +192,9 @@ def test_robust_methods_beat_fbil_on_their_own_objectives(demos: Demos) -> None:
     # stage ends above its start here, and both continuations converge. (With the duals
     # carried over, or zero at the start, Heavy's first stage left FB-IL's z for a worst
     # case 5% higher and six stages never came back below it.)
-    for method in ("rbfm-light", "rbfm-heavy"):
-        assert res[method].converged and np.all(np.diff(res[method].trace) <= 0), method
+    for method in ("rbfm-light", "rbfm-heavy"):  # within float32's rounding of the value
+        trace = res[method].trace
+        assert res[method].converged and np.all(np.diff(trace) <= 1e-6 * trace[0]), method
 
     def tv(z: torch.Tensor) -> float:
         return float(light_objective(full_losses(data, z, m.radius, 4096), 0.8)[0])

@@ -179,3 +179,25 @@ def test_episodes_reuse_finished_physics_and_stay_bitwise_those_of_env_step() ->
             [(EnvSpec("cheetah", "run", "joint_friction", level), (0, k)) for k in range(3)]
         )
     assert len(shard._dynamics) == 2
+
+
+def test_an_episode_s_actions_do_not_depend_on_how_many_share_its_actor_call() -> None:
+    import torch
+
+    from rbfm.evaluation.fb_policy import ROWS, batch_invariant, fb_policy
+    from rbfm.fb.checkpoint import load_checkpoint
+
+    model, meta = load_checkpoint("cheetah:rnd-v1")
+    z = torch.tensor(meta["task_z"]["walk"])
+    obs = torch.randn(400, 17, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full = model.act(obs, z)
+        for n in (1, 2, 3, 5, 7, 9, 13, 399):  # the row counts whose kernels round apart
+            for start in (0, 101):
+                rows = batch_invariant(model.act, obs[start : start + n], z)
+                assert torch.equal(rows, full[start : start + n]), (n, start)
+    assert ROWS == 8
+    # Through the rollout engine's policy: one episode's actions, alone or beside others.
+    act = fb_policy(model, z)
+    alone = act(obs[:1].numpy(), np.array([0]))
+    assert np.array_equal(alone, act(obs[:5].numpy(), np.arange(5))[:1])

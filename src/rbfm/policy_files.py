@@ -308,9 +308,9 @@ def adapt_to_file(
     (rbfm.inference.adapt) to the demos' task under `perturbation` at `level` (both None:
     nominal), written to `out` with its description extended by the adaptation's record;
     a line saying how it went."""
-    cfg.searches()
     env = EnvSpec(demos.domain, demos.task, perturbation, level).checked()
     z, info = load_z(z_file)
+    cfg.searches()
     checkpoint = checkpoint or info.get("checkpoint")
     if not checkpoint:
         raise ConfigError(f"--checkpoint is needed: {z_file} records no model")
