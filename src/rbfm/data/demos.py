@@ -23,6 +23,7 @@ import numpy as np
 
 from rbfm.atomic import atomic_write
 from rbfm.checks import in_range
+from rbfm.data.exorl import is_real
 from rbfm.envs import get_domain
 from rbfm.envs.domains import DomainSpec
 from rbfm.errors import ConfigError, DatasetError
@@ -49,7 +50,7 @@ def _episode_arrays(name: str, given: object, dtype: type = np.float64) -> list[
                 f"{where}: episode {i}'s {name} are not one rectangular array (rows of "
                 "different lengths?)"
             ) from None
-        if not (np.issubdtype(a.dtype, np.integer) or np.issubdtype(a.dtype, np.floating)):
+        if not is_real(a.dtype):
             raise DatasetError(
                 f"{where}: episode {i}'s {name} hold {a.dtype} values; expected real numbers"
             )
@@ -406,7 +407,7 @@ def _validated(
     cast = {}
     for key, dtype in _DTYPES.items():
         kind = arrays[key].dtype
-        if not (np.issubdtype(kind, np.integer) or np.issubdtype(kind, np.floating)):
+        if not is_real(kind):
             raise DatasetError(f"{where}: {key} holds {kind} values; expected real numbers")
         with np.errstate(over="ignore"):
             cast[key] = np.asarray(arrays[key], dtype)

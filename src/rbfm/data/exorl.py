@@ -37,6 +37,12 @@ DTYPES = {
 OPTIONAL_KEYS = ("dynamics",)
 
 
+def is_real(dtype: np.dtype) -> bool:
+    """Integers or floats: what an array of observations, actions or rewards may hold (a
+    bool, complex, text or object array is refused, never cast)."""
+    return bool(np.issubdtype(dtype, np.integer) or np.issubdtype(dtype, np.floating))
+
+
 def episode_keys(keys: Container[str]) -> list[str]:
     """The required keys and the optional ones among `keys` (an episode's or a file's)."""
     return [*KEYS, *(k for k in OPTIONAL_KEYS if k in keys)]
@@ -122,7 +128,7 @@ def validate_episode(episode: Mapping[str, np.ndarray], domain: DomainSpec, wher
         kind = episode[key].dtype
         if episode[key].ndim == 0:
             raise DatasetError(f"{where}: {key} holds one value, not one row per step")
-        if not (np.issubdtype(kind, np.integer) or np.issubdtype(kind, np.floating)):
+        if not is_real(kind):
             raise DatasetError(f"{where}: {key} holds {kind} values; expected real numbers")
     rows = {k: len(episode[k]) for k in present}
     if len(set(rows.values())) != 1:
