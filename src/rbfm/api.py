@@ -205,7 +205,7 @@ def imitate(
     what `load_model` takes (a shipped model's name, a run directory, a checkpoint)."""
     from rbfm.baselines import train_baseline
     from rbfm.inference import infer, method_config
-    from rbfm.methods import check_named, get_method
+    from rbfm.methods import check_demos, check_named, get_method
 
     if not isinstance(demos, Demos):
         raise ConfigError(
@@ -215,8 +215,7 @@ def imitate(
     overrides = {k: _plain(v) for k, v in overrides.items()}  # checked and recorded as Python's
     in_range("imitate", "seed", seed, 0, integer=True)
     check_named(method, settings)  # before the model loads
-    if get_method(method).reads_actions:
-        demos.require_actions(method)
+    check_demos(method, demos)
     if model is not None and not isinstance(model, Model):
         model = load_model(model)
     if get_method(method).kind == "goals":  # a z per step, not one task vector

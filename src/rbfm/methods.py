@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rbfm import baselines, inference
+from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError, unknown
 from rbfm.inference.goal import GoalConfig
 
@@ -102,6 +103,13 @@ def get_method(name: str) -> Method:
     if name not in REGISTRY:
         raise unknown("method", name, REGISTRY)
     return REGISTRY[name]
+
+
+def check_demos(method: str, demos: Demos) -> None:
+    """States-only demonstrations refused, before a model loads, by a method that clones
+    the demonstrated actions (`Method.reads_actions`)."""
+    if get_method(method).reads_actions:
+        demos.require_actions(method)
 
 
 def check_named(method: str, name: str | None, option: str | None = None) -> None:

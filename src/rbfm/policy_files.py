@@ -46,7 +46,7 @@ from rbfm.inference.goal import (
     read_goals,
     write_goals,
 )
-from rbfm.methods import NAMES, check_named, display_label, get_method
+from rbfm.methods import NAMES, check_demos, check_named, display_label, get_method
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
@@ -406,8 +406,7 @@ def imitate_to_file(
     overrides = dict(overrides or {})
     check_named(method, settings, "--settings")
     check_named(method, preset, "--preset")
-    if get_method(method).reads_actions:
-        demos.require_actions(method)
+    check_demos(method, demos)
     settings = settings or "default"
     if get_method(method).kind == "goals":
         return goals_to_file(demos, checkpoint, seed, out, overrides, described, device)
