@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -201,3 +202,39 @@ def test_an_episode_s_actions_do_not_depend_on_how_many_share_its_actor_call() -
     act = fb_policy(model, z)
     alone = act(obs[:1].numpy(), np.array([0]))
     assert np.array_equal(alone, act(obs[:5].numpy(), np.arange(5))[:1])
+
+
+def test_goal_and_baseline_policies_do_not_depend_on_their_batch() -> None:
+    import torch
+
+    from rbfm.baselines import as_policy, build_policy
+    from rbfm.fb.checkpoint import load_checkpoint
+    from rbfm.inference.goal import GoalPolicy, GoalSequences
+
+    model, _ = load_checkpoint("cheetah:rnd-v1")
+    obs = torch.randn(400, 17, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        b = model.backward_map(obs)
+    seqs = [b[10 * i : 10 * i + 30] for i in range(3)]
+    policies = {
+        index: lambda index=index: GoalPolicy(
+            model, GoalSequences(seqs, b[:3], 0.0, index, seqs if index == "state" else [])
+        )
+        for index in ("time", "state")
+    }
+    torch.manual_seed(0)
+    network = as_policy(build_policy("drbc", 17, 6, (64, 64)))
+    policies["drbc"] = lambda: network
+    for name, make in policies.items():
+        everyone = _begun(make())(obs.numpy(), np.arange(400))
+        for n in (1, 2, 3, 5, 9, 13):  # row counts whose kernels round apart unpadded
+            for start in (0, 101):
+                rows = _begun(make())(obs[start : start + n].numpy(), np.arange(start, start + n))
+                assert np.array_equal(rows, everyone[start : start + n]), (name, n, start)
+
+
+def _begun(policy: Any) -> Any:
+    """`policy` with `begin` called for 400 episodes where it keeps per-episode state."""
+    if hasattr(policy, "begin"):
+        policy.begin(400)
+    return policy

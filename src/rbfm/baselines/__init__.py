@@ -22,6 +22,7 @@ from rbfm.baselines.common import BaselineResult, load_weights, read_policy_meta
 from rbfm.checks import known_fields
 from rbfm.data.demos import Demos
 from rbfm.errors import unknown
+from rbfm.evaluation.fb_policy import batch_invariant
 from rbfm.evaluation.rollout import Policy
 from rbfm.fb.checkpoint import CheckpointError
 
@@ -120,11 +121,13 @@ def load_policy(path: str | os.PathLike[str]) -> tuple[str, nn.Module, dict[str,
 
 
 def as_policy(module: nn.Module) -> Policy:
-    """A policy network as a numpy function for the rollout engine (deterministic)."""
+    """A policy network as a numpy function for the rollout engine (deterministic; each
+    call padded by `batch_invariant`, so an episode's actions do not depend on its batch)."""
+    device = next(module.parameters()).device
 
     def act(obs: np.ndarray, episodes: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            return module(torch.as_tensor(obs)).numpy()
+            return batch_invariant(module, torch.as_tensor(obs, device=device)).cpu().numpy()
 
     return act
 

@@ -21,19 +21,22 @@ from rbfm.fb.model import FBModel
 ROWS = 8
 
 
-def batch_invariant(
-    act: Callable[..., torch.Tensor], x: torch.Tensor, z: torch.Tensor
-) -> torch.Tensor:
-    """`act(x, z)` on `x` padded to a multiple of `ROWS` rows (with copies of its first),
-    `z` too where it has a row per state; the padding's outputs are dropped."""
-    n = len(x)
+def batch_invariant(fn: Callable[..., torch.Tensor], *rows: torch.Tensor) -> torch.Tensor:
+    """`fn(*rows)` on its tensors padded to a multiple of `ROWS` rows with copies of their
+    first row; the padding's outputs are dropped. Padded are the first tensor and every
+    other with a row per row of it: a z of shape (d,), or (1, d) beside many states, is
+    passed as it is. `fn` must compute each output row from its own input rows."""
+    n = len(rows[0])
     extra = -n % ROWS
     if not extra:
-        return act(x, z)
-    x = torch.cat([x, x[:1].expand(extra, *x.shape[1:])])
-    if len(z) == n and n > 1:
-        z = torch.cat([z, z[:1].expand(extra, *z.shape[1:])])
-    return act(x, z)[:n]
+        return fn(*rows)
+    padded = [
+        torch.cat([t, t[:1].expand(extra, *t.shape[1:])])
+        if i == 0 or (t.dim() > 1 and len(t) == n)
+        else t
+        for i, t in enumerate(rows)
+    ]
+    return fn(*padded)[:n]
 
 
 def fb_policy(model: FBModel, z: torch.Tensor) -> Policy:

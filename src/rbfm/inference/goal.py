@@ -34,6 +34,7 @@ from rbfm.atomic import beside, check_pair, stem_of, write_pair
 from rbfm.checks import in_range, known_fields
 from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError, DatasetError
+from rbfm.evaluation.fb_policy import batch_invariant
 from rbfm.fb.model import FBModel
 from rbfm.fb.networks import project
 from rbfm.inference.expert_demos import demo_features
@@ -137,23 +138,35 @@ class GoalPolicy:
         if len(self.t) <= int(episodes.max()):
             raise RuntimeError("GoalPolicy: begin(n) must be called before the episodes")
         x = torch.as_tensor(obs, device=self.device)
-        if self.goals.index == "state":
-            with torch.no_grad():
-                nearest = torch.cdist(self.model.backward_map(x), self.keys).argmin(1)
-            return self.model.act(x, self.flat[nearest]).cpu().numpy()
-        new = self.demo[episodes] < 0
-        if new.any():
-            with torch.no_grad():
-                b = self.model.backward_map(x[torch.as_tensor(new, device=self.device)])
-            nearest = torch.cdist(b, self.goals.starts.to(self.device)).argmin(1)
-            self.demo[episodes[new]] = nearest.cpu().numpy()
-        demo = torch.as_tensor(self.demo[episodes], device=self.device)
-        t = torch.minimum(torch.as_tensor(self.t[episodes], device=self.device), self.last[demo])
-        return self.model.act(x, self.padded[demo, t]).cpu().numpy()
+        with torch.no_grad():
+            if self.goals.index == "state":
+                return batch_invariant(self._state_indexed, x).cpu().numpy()
+            new = self.demo[episodes] < 0
+            if new.any():
+                fresh = x[torch.as_tensor(new, device=self.device)]
+                nearest = batch_invariant(self._nearest_start, fresh)
+                self.demo[episodes[new]] = nearest.cpu().numpy()
+            demo = torch.as_tensor(self.demo[episodes], device=self.device)
+            t = torch.as_tensor(self.t[episodes], device=self.device)
+            z = self.padded[demo, torch.minimum(t, self.last[demo])]
+            return batch_invariant(self.model.act, x, z).cpu().numpy()
+
+    def _state_indexed(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model.act(x, self.flat[_nearest(self.model.backward_map(x), self.keys)])
+
+    def _nearest_start(self, x: torch.Tensor) -> torch.Tensor:
+        return _nearest(self.model.backward_map(x), self.goals.starts.to(self.device))
 
     def executed(self, obs: np.ndarray, episodes: np.ndarray, actions: np.ndarray) -> None:
         del obs, actions
         self.t[episodes] += 1
+
+
+def _nearest(b: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """The index of each row's nearest row of `table`, always by a matrix product: below
+    26 rows torch's default computes pairwise and rounds otherwise, so a near tie would
+    depend on the batch. Called inside `batch_invariant`, whose padding the product needs."""
+    return torch.cdist(b, table, compute_mode="use_mm_for_euclid_dist").argmin(1)
 
 
 def _pad(seqs: list[torch.Tensor]) -> torch.Tensor:
