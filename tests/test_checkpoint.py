@@ -151,6 +151,10 @@ def test_export_keeps_weights_and_description_without_the_targets(tmp_path: Path
     with pytest.raises(CheckpointError, match=r"task_z\['run'\] is not 8 finite numbers"):
         export_checkpoint(tmp_path, tmp_path / "bad" / "model.json", {"task_z": {"run": [1]}})
     assert not (tmp_path / "bad").exists()
+    for value in (float("nan"), {"run": float("inf")}):  # a hand-edited description's
+        with pytest.raises(CheckpointError, match=r"model\.json: iqm holds NaN or infinity"):
+            export_checkpoint(tmp_path, tmp_path / "bad" / "model.json", {"iqm": value})
+        assert not list((tmp_path / "bad").glob("*"))
     z = {"run": [1.0] * 8}
     stem = export_checkpoint(tmp_path, tmp_path / "ref" / "model.json", {"task_z": z})
     original, meta = load_checkpoint(tmp_path)

@@ -341,6 +341,11 @@ def test_bad_inputs(model: FBModel, demos: Demos, tmp_path: Path) -> None:
     np.savez_compressed(tmp_path / "other.npz", x=np.zeros(3))
     with pytest.raises(DatasetError, match="not an rbfm demonstrations file"):
         load_demos(tmp_path / "other.npz")
+    with np.load(save_demos(tmp_path / "ok.npz", demos)) as npz:
+        arrays = dict(npz)
+    np.savez_compressed(tmp_path / "more.npz", **arrays, next_observation=np.zeros(3))
+    with pytest.raises(DatasetError, match=r"arrays \['next_observation'\] are not a demo"):
+        load_demos(tmp_path / "more.npz")
 
 
 def test_sweep_pairs_initial_states_across_entries(model: FBModel) -> None:

@@ -204,6 +204,7 @@ def _demos_cli(tmp_path: Path, *args: str) -> list[str]:
         (["--seed", "-1"], "mpc.seed: -1 is out of range (valid: an integer in [0, inf))"),
         (["--task", "fly"], "unknown cheetah task 'fly'"),
         (["--mpc", "horizon=-1"], "mpc.horizon: -1 is out of range"),
+        (["--device", "bogus"], "--device are --expert fb's (the planner runs on"),
     ],
 )
 def test_the_command_line_refuses_bad_planner_input_before_planning(

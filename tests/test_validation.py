@@ -374,6 +374,7 @@ def test_an_output_that_is_an_input_or_a_repeated_or_orphan_option_is_refused(
     _fails([*base, "--perturbation", "joint_friction", "--levels", "5", "5"],
            "--levels: give distinct levels", capsys)  # fmt: skip
     _fails([*base, "--seed", "-1"], "evaluate.seed: -1 is out of range", capsys)
+    _fails([*base, "--cross-task"], "--cross-task: needs --task, the task to score", capsys)
     _fails(["evaluate", "--z", z, z, "--checkpoint", str(files["model"])],
            "evaluate: a file is given twice", capsys)  # fmt: skip
     model = ["zero-shot", "--checkpoint", str(files["model"]), "--task", "run"]

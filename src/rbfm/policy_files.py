@@ -185,8 +185,11 @@ def demos_to_file(
     is_mpc = expert == "mpc"
     if (domain is None) == is_mpc or (checkpoint is None) != is_mpc:
         raise ConfigError("--expert fb takes --checkpoint, --expert mpc takes --domain")
-    if ((action_noise or dataset) and is_mpc) or ((mpc or parts) and not is_mpc):
-        raise ConfigError("--dataset and --action-noise are --expert fb's, --mpc, --parts mpc's")
+    if ((action_noise or dataset or device) and is_mpc) or ((mpc or parts) and not is_mpc):
+        raise ConfigError(
+            "--dataset, --action-noise and --device are --expert fb's (the planner runs on "
+            "the simulator, not torch), --mpc and --parts mpc's"
+        )
     episodes = DEMO_EPISODES[expert] if episodes is None else episodes
     checks.out_file(out)  # before the episodes (a planner's take minutes each)
     if domain is not None:  # the planner (as checked above)
@@ -530,6 +533,8 @@ def evaluate_files(
     checks.out_file(out)
     if not paths:
         raise ConfigError("evaluate: no files given (task vectors from `rbfm infer`, policies)")
+    if cross_task and task is None:  # the files' own task would be scored: nothing crosses
+        raise ConfigError("--cross-task: needs --task, the task to score the files on")
     if len({Path(p).resolve() for p in paths}) != len(paths):  # counted as two seeds
         raise ConfigError("evaluate: a file is given twice")
     if levels is not None:  # else ignored (nominal), or the sweep's levels run instead

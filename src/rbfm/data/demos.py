@@ -317,6 +317,12 @@ def load_demos(path: str | os.PathLike[str], domain: str | None = None) -> Demos
                     "your own arrays as one with Demos.from_arrays and save_demos "
                     "(docs/demonstrations.md)"
                 )
+            if extra := sorted(set(npz.files) - {*_KEYS, "meta"}):
+                raise DatasetError(
+                    f"{path}: arrays {extra} are not a demonstrations file's (it holds "
+                    f"{', '.join(_KEYS)} and meta); rbfm would ignore them, so the file is "
+                    "refused: write it with Demos.from_arrays and save_demos"
+                )
             arrays = {k: np.asarray(npz[k]) for k in _KEYS}
             meta = json.loads(str(npz["meta"]))
     except DatasetError:

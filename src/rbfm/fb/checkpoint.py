@@ -362,6 +362,12 @@ def save_checkpoint(
     dtype stores the floating-point tensors in another precision (float16 halves the
     file); `load_checkpoint` copies them back into the model's float32.
     """
+    # JSON has no NaN or infinity: Python would write them, other readers refuse them.
+    if bad := [k for k, v in meta.items() if not _finite_json(v)]:
+        raise CheckpointError(
+            f"{beside(stem, '.json')}: {bad[0]} holds NaN or infinity, which a model's "
+            "description cannot (standard JSON has neither); nothing written"
+        )
     weights = beside(stem, ".safetensors")
     state = {
         k: _stored(v.detach().cpu(), dtype).contiguous()
@@ -378,7 +384,16 @@ def save_checkpoint(
         "sha256": file_sha256(weights),
         **meta,
     }
-    atomic_write(beside(stem, ".json"), lambda p: p.write_text(json.dumps(info, indent=2)))
+    text = json.dumps(info, indent=2, allow_nan=False)
+    atomic_write(beside(stem, ".json"), lambda p: p.write_text(text))
+
+
+def _finite_json(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return False
+    return True
 
 
 def _stored(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
