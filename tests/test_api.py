@@ -315,6 +315,13 @@ def test_what_its_own_loader_would_refuse_is_not_written_and_odd_values_are_name
             Imitation("er", "cheetah", "run", z, model).save(tmp_path / "z.json")
         assert not list(tmp_path.iterdir())
     demos = _demos()
+    (tmp_path / "goals.json").mkdir()  # a folder where the pair's description would go
+    with pytest.raises(ConfigError, match=r"save: .*goals\.json is a folder; give a file"):
+        rbfm.imitate(demos, "goal", model).save(tmp_path / "goals")
+    with pytest.raises(ConfigError, match="save: 5 is not a file name"):
+        rbfm.imitate(demos, "er", model).save(5)  # type: ignore[arg-type]
+    assert [p.name for p in tmp_path.iterdir()] == ["goals.json"]
+    (tmp_path / "goals.json").rmdir()
     # numpy scalars in a method's settings are taken, and recorded, as Python's.
     fit = rbfm.imitate(demos, "fbil", model, steps=np.int64(3))
     assert fit.info is not None and type(fit.info["overrides"]["steps"]) is int

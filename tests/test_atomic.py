@@ -24,6 +24,10 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path: Path) -> 
     atomic_write(target, lambda tmp: tmp.write_text("new"))
     assert target.read_text() == "new"
     assert [p.name for p in tmp_path.iterdir()] == ["x.json"]  # the rewrite reused the name
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(OSError):  # the rename fails: the temporary is removed all the same
+        atomic_write(tmp_path / "folder", lambda tmp: tmp.write_text("new"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "x.json"]
 
 
 def test_csv_header_from_columns_even_without_rows(tmp_path: Path) -> None:

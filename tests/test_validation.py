@@ -237,6 +237,7 @@ def test_bad_outputs_and_foreign_inputs_are_refused_before_any_work(
     a_file.write_text("")
     folder = tmp_path / "folder"
     folder.mkdir()
+    (tmp_path / "pair.json").mkdir()  # half of the pair `--out pair` names
     z = json.loads(files["z"].read_text())
     (root / "z_long.json").write_text(json.dumps({**z, "z": [2 * x for x in z["z"]]}))
     cases = [
@@ -253,6 +254,20 @@ def test_bad_outputs_and_foreign_inputs_are_refused_before_any_work(
         (
             ["evaluate", "--task", "run", "--z", str(files["z"]), "--out", str(folder)],
             "is a folder; give a file name",
+        ),
+        (
+            [
+                "infer",
+                "--checkpoint",
+                model,
+                "--demos",
+                str(files["demos"]),
+                "--method",
+                "goal",
+                "--out",
+                str(tmp_path / "pair"),
+            ],
+            f"--out: {tmp_path / 'pair.json'} is a folder; give a file name",
         ),
         (
             ["evaluate", "--checkpoint", model, "--z", str(root / "z_long.json"), "--task", "run"],

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from rbfm import EVAL_SEED
-from rbfm.checks import in_range
+from rbfm.checks import in_range, out_file
 from rbfm.data.demos import Demos
 from rbfm.envs import NOMINAL
 from rbfm.errors import ConfigError
@@ -149,6 +149,7 @@ class Imitation:
         from rbfm.policy_files import check_z, save_z
 
         self._check_finite()  # before anything is written: its loader would refuse it
+        out_file(path, option="save")
         meta = {"method": self.method, "domain": self.domain, "task": self.task}
         if self.z is not None or self.goals is not None:
             assert self.model is not None

@@ -41,10 +41,10 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
     try:
         write(tmp)
+        os.replace(tmp, path)  # fails where `path` is a folder: the temporary goes too
     except BaseException:
         tmp.unlink(missing_ok=True)  # nothing half-written is left behind
         raise
-    os.replace(tmp, path)
 
 
 def atomic_csv(

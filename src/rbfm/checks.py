@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from rbfm.atomic import PAIR, beside, stem_of
 from rbfm.errors import ConfigError
 
 
@@ -109,19 +110,26 @@ def count(option: str, value: int) -> None:
         raise ConfigError(f"{option}: {value} is out of range (valid: >= 1)")
 
 
-def out_file(path: str | os.PathLike[str] | None, made: bool = False) -> None:
-    """An output file must not be a folder, and its folder must exist (with `made`: be
-    creatable, as for `out_dir`) and take new files, before any compute is spent on it."""
+def out_file(
+    path: str | os.PathLike[str] | None, made: bool = False, option: str = "--out"
+) -> None:
+    """An output file must not be a folder, nor the halves of the pair its stem names
+    (policies and goal sequences are written as one), and its folder must exist (with
+    `made`: be creatable, as for `out_dir`) and take new files, before any compute is
+    spent on it; errors name `option`."""
     if path is None:
         return
-    if Path(path).is_dir():
-        raise ConfigError(f"--out: {path} is a folder; give a file name")
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"{option}: {path!r} is not a file name")
+    stem = stem_of(path)
+    if folders := [p for p in (Path(path), *(beside(stem, s) for s in PAIR)) if p.is_dir()]:
+        raise ConfigError(f"{option}: {folders[0]} is a folder; give a file name")
     folder = Path(path).resolve().parent
     if made:
-        return out_dir(folder)
+        return out_dir(folder, option)
     if not folder.is_dir():
-        raise ConfigError(f"--out: the folder of {path} does not exist")
-    _takes_files(folder)
+        raise ConfigError(f"{option}: the folder of {path} does not exist")
+    _takes_files(folder, option)
 
 
 # The command-line options that name files a command reads.
