@@ -271,6 +271,15 @@ def test_what_would_turn_into_nan_or_a_silent_zero_is_refused(
         rbfm.evaluate(rbfm.imitate(demos, "er", model), episodes=2.5)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"adapt.seed: -3 is out of range"):
         rbfm.adapt(rbfm.imitate(demos, "er", model), demos, episodes=2, seed=-3)
+    # Seeds beyond numpy's and torch's generators: refused in one line, not an overflow.
+    with pytest.raises(
+        ConfigError,
+        match=r"adapt.seed: 18446744073709551616 is out of range \(valid: an integer in "
+        r"\[0, 4294967295\]\)",
+    ):
+        rbfm.adapt(rbfm.imitate(demos, "er", model), demos, episodes=2, seed=2**64)
+    with pytest.raises(ConfigError, match=r"imitate.seed: 4294967296 is out of range"):
+        rbfm.imitate(demos, "drbc", seed=2**32)
     # One episode is the start z's alone: the "adapted" z would be the one given.
     with pytest.raises(ConfigError, match=r"budget: 1 episodes try no z but the start one"):
         rbfm.adapt(rbfm.imitate(demos, "er", model), demos, episodes=1)
@@ -284,6 +293,12 @@ def test_what_would_turn_into_nan_or_a_silent_zero_is_refused(
         pick_device("xyz")
     with pytest.raises(CheckpointError, match="an empty model name"):
         rbfm.load_model("")
+    with pytest.raises(ConfigError, match=r"load_model: 5 is int, not a path; pass a model's"):
+        rbfm.load_model(5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"imitate\.|load_model: 5 is int, not a path"):
+        rbfm.imitate(demos, "er", 5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"load_imitation: 5 is int, not a path; pass a file"):
+        rbfm.adapt(5, demos)  # type: ignore[arg-type]
     with pytest.raises(CheckpointError, match=r"no walker: model is shipped .*walker, walker:"):
         rbfm.load_model("walker:")  # not the default walker: a label was left out
     # From Python as from the command line: a folder as `out` is refused before planning.
@@ -315,6 +330,29 @@ def test_what_its_own_loader_would_refuse_is_not_written_and_odd_values_are_name
             Imitation("er", "cheetah", "run", z, model).save(tmp_path / "z.json")
         assert not list(tmp_path.iterdir())
     demos = _demos()
+    # A z or goals edited by hand: refused as their files' loader refuses them.
+    import dataclasses
+
+    er = rbfm.imitate(demos, "er", model)
+    assert er.z is not None
+    for z, message in (
+        (er.z * 5, r"er imitation: the task vector's norm is 14\.1"),
+        (er.z[:3], r"er imitation: a 3-dim task vector, but the model's z has 8"),
+        (er.z.numpy(), r"er imitation: z is ndarray; it must be a 1-d torch float tensor"),
+        (er.z[None].repeat(2, 1), r"er imitation: z is shape \(2, 8\); it must be a 1-d"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            rbfm.evaluate(dataclasses.replace(er, z=z), episodes=1)
+    assert rbfm.evaluate(dataclasses.replace(er, z=er.z.double()), episodes=1) == rbfm.evaluate(
+        er, episodes=1
+    )
+    goal = rbfm.imitate(demos, "goal", model)
+    assert goal.goals is not None
+    off = [z.clone() for z in goal.goals.z]
+    off[1][4] *= 100
+    moved = dataclasses.replace(goal, goals=dataclasses.replace(goal.goals, z=off))
+    with pytest.raises(ConfigError, match=r"goal imitation: goal \d+'s norm is \d+"):
+        moved.save(tmp_path / "g")
     (tmp_path / "goals.json").mkdir()  # a folder where the pair's description would go
     with pytest.raises(ConfigError, match=r"save: .*goals\.json is a folder; give a file"):
         rbfm.imitate(demos, "goal", model).save(tmp_path / "goals")

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rbfm.errors import ConfigError
 from rbfm.fb import FBModel, fb_config
 from rbfm.fb.checkpoint import (
     CheckpointError,
@@ -152,7 +153,7 @@ def test_export_keeps_weights_and_description_without_the_targets(tmp_path: Path
         export_checkpoint(tmp_path, tmp_path / "bad" / "model.json", {"task_z": {"run": [1]}})
     assert not (tmp_path / "bad").exists()
     for value in (float("nan"), {"run": float("inf")}):  # a hand-edited description's
-        with pytest.raises(CheckpointError, match=r"model\.json: iqm holds NaN or infinity"):
+        with pytest.raises(ConfigError, match=r"model\.json: iqm holds NaN or infinity"):
             export_checkpoint(tmp_path, tmp_path / "bad" / "model.json", {"iqm": value})
         assert not list((tmp_path / "bad").glob("*"))
     z = {"run": [1.0] * 8}

@@ -395,3 +395,49 @@ def test_an_output_that_is_an_input_or_a_repeated_or_orphan_option_is_refused(
     model = ["zero-shot", "--checkpoint", str(files["model"]), "--task", "run"]
     _fails([*model, "--workers", "-1"], "zero-shot.workers: -1 is out of range", capsys)
     _fails([*model, "--seed", "-1"], "zero-shot.seed: -1 is out of range", capsys)
+
+
+def test_nan_in_a_description_is_refused_where_it_would_be_copied_or_written(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Python's json writes and reads NaN and Infinity; standard JSON has neither."""
+    import rbfm
+    from rbfm.inference import load_demos, save_demos
+    from rbfm.policy_files import save_z
+
+    data = json.loads(files["z"].read_text())
+    text = json.dumps({**data, "objective": float("nan"), "seconds": float("inf")})
+    (tmp_path / "z_nan.json").write_text(text)
+    message = "z_nan.json: objective holds NaN or infinity, which standard JSON cannot"
+    _fails(["evaluate", "--z", str(tmp_path / "z_nan.json"), "--task", "run"], message, capsys)
+    with pytest.raises(ConfigError, match=message):
+        rbfm.load_imitation(tmp_path / "z_nan.json")
+    z = torch.tensor(data["z"])
+    with pytest.raises(ConfigError, match=r"y\.json: seconds holds NaN"):
+        save_z(tmp_path / "y.json", z, {"seconds": float("inf")})
+    demos = load_demos(files["demos"])
+    demos.meta["return"] = float("nan")
+    with pytest.raises(ConfigError, match=r"d\.npz: return holds NaN"):
+        save_demos(tmp_path / "d.npz", demos)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["z_nan.json"]
+    # Names that are no names: an adapted file would be labelled "None+adapt-k2".
+    for key, value in (("checkpoint", 5), ("method", None), ("task", ["run"])):
+        (tmp_path / "z_odd.json").write_text(json.dumps({**data, key: value}))
+        with pytest.raises(ConfigError, match=rf"z_odd\.json: {key} is .* \(valid: a name"):
+            rbfm.load_imitation(tmp_path / "z_odd.json")
+
+
+def test_device_is_refused_where_nothing_would_run_on_it(
+    files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rbfm.baselines import drbc, save_policy
+
+    net = drbc.DeterministicPolicy(17, 6, (8,))
+    meta = {"method": "drbc", "domain": "cheetah", "obs_dim": 17, "action_dim": 6}
+    stem = save_policy(tmp_path / "p", net, {**meta, "task": "run", "config": {"hidden": [8]}})
+    _fails(["evaluate", "--z", f"{stem}.json", "--device", "cpu"],
+           "--device: policies run on the CPU; task vectors and goals take it", capsys)  # fmt: skip
+    infer = ["infer", "--demos", str(files["demos"]), "--method", "drbc", "--steps", "1"]
+    _fails([*infer, "--device", "cpu", "--out", str(tmp_path / "q")],
+           "--device: drbc trains on the CPU (FB methods take it)", capsys)  # fmt: skip
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "p.safetensors"]

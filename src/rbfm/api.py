@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rbfm import EVAL_SEED
+from rbfm import EVAL_SEED, checks
 from rbfm.checks import in_range, out_file
 from rbfm.data.demos import Demos
 from rbfm.envs import NOMINAL
@@ -72,8 +72,15 @@ def load_model(name: str | os.PathLike[str], device: str | None = None) -> Model
     directory, or a checkpoint file."""
     from rbfm.fb.checkpoint import load_checkpoint
 
+    _a_path("load_model", name, "a model's name (`rbfm models`), a run directory or a checkpoint")
     fb, meta = load_checkpoint(name, device=device)
     return Model(fb.requires_grad_(False), meta, str(name))
+
+
+def _a_path(where: str, value: object, what: str) -> None:
+    """Refuses a value that names no file (an int, an Imitation's z...) by its type."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise ConfigError(f"{where}: {value!r} is {type(value).__name__}, not a path; pass {what}")
 
 
 def list_models() -> None:
@@ -117,20 +124,32 @@ class Imitation:
         from rbfm.baselines import as_policy
         from rbfm.inference.goal import GoalPolicy
 
-        self._check_finite()
+        self._check()
         if self.goals is not None:
             assert self.model is not None
             return GoalPolicy(self.model.fb, self.goals)
         if self.z is not None:
             assert self.model is not None
-            return fb_policy(self.model.fb, self.z)
+            return fb_policy(self.model.fb, self.z.float())  # a float64 z: the actor's dtype
         assert self.network is not None
         return as_policy(self.network)
 
-    def _check_finite(self) -> None:
-        """Refuses a policy whose actions would be NaN: the rollout engine would end each
-        episode at its first step as a physics failure and count a return of 0."""
-        tensors = {"z": [] if self.z is None else [self.z]}
+    def _check(self) -> None:
+        """Refuses a policy whose actions would be NaN (the rollout engine would end each
+        episode at its first step as a physics failure and count a return of 0), and a z
+        or goals that are not the model's: its size, on its sphere (as files are)."""
+        from rbfm.policy_files import check_z
+
+        z = self.z
+        if z is not None and not (
+            isinstance(z, torch.Tensor) and z.dim() == 1 and z.is_floating_point()
+        ):
+            shape = f"shape {tuple(z.shape)}" if isinstance(z, torch.Tensor) else type(z).__name__
+            raise ConfigError(
+                f"{self.method} imitation: z is {shape}; it must be a 1-d torch float tensor, "
+                "as the methods return it"
+            )
+        tensors = {"z": [] if z is None else [z]}
         if self.goals is not None:
             tensors["goal z"] = [*self.goals.z, self.goals.starts]
         if self.network is not None:
@@ -138,6 +157,9 @@ class Imitation:
         for what, values in tensors.items():
             if not all(bool(torch.isfinite(t).all()) for t in values):
                 raise ConfigError(f"{self.method} imitation: NaN or infinite values in its {what}")
+        every = torch.cat(self.goals.z) if self.goals is not None else z
+        if every is not None and self.model is not None:
+            check_z(f"{self.method} imitation", every, {}, self.model.meta)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """A task-vector file (`path` as given), or a policy's or goal sequences' `.json`
@@ -148,7 +170,7 @@ class Imitation:
         from rbfm.inference.goal import write_goals
         from rbfm.policy_files import check_z, save_z
 
-        self._check_finite()  # before anything is written: its loader would refuse it
+        self._check()  # before anything is written: its loader would refuse it
         out_file(path, option="save")
         meta = {"method": self.method, "domain": self.domain, "task": self.task}
         if self.z is not None or self.goals is not None:
@@ -158,7 +180,7 @@ class Imitation:
             if self.goals is not None:  # a .json description beside a .safetensors
                 return write_goals(stem_of(path), self.goals, meta | sha | (self.info or {}))
             assert self.z is not None
-            check_z(path, self.z, meta | sha, self.model.meta)  # on the model's sphere
+            check_z(path, self.z, meta | sha, self.model.meta)  # of another domain's model
             return save_z(Path(path), self.z, meta | sha | (self.info or {}))
         assert self.network is not None
         stem = stem_of(path)
@@ -214,7 +236,7 @@ def imitate(
         )
     seed = _plain(seed)
     overrides = {k: _plain(v) for k, v in overrides.items()}  # checked and recorded as Python's
-    in_range("imitate", "seed", seed, 0, integer=True)
+    checks.seed("imitate", seed)
     check_named(method, settings)  # before the model loads
     check_demos(method, demos)
     if model is not None and not isinstance(model, Model):
@@ -286,7 +308,7 @@ def adapt(
             f"adapt: demos is a {type(demos).__name__}; pass a Demos (rbfm.load_demos(path))"
         )
     episodes, seed = _plain(episodes), _plain(seed)
-    in_range("adapt", "seed", seed, 0, integer=True)
+    checks.seed("adapt", seed)
     in_range("adapt", "episodes", episodes, 1, integer=True)
     if not isinstance(imitation, Imitation):
         imitation = load_imitation(imitation)
@@ -316,12 +338,19 @@ def adapt(
     )
 
 
-def load_imitation(path: str | os.PathLike[str], model: Model | None = None) -> Imitation:
+def load_imitation(
+    path: str | os.PathLike[str], model: Model | str | os.PathLike[str] | None = None
+) -> Imitation:
     """An imitation saved by `Imitation.save` or `rbfm infer`. A task vector is of the
-    model it was inferred for: by default the one its file records, else `model` (both
-    checked against the weights' hash the file records)."""
+    model it was inferred for: by default the one its file records, else `model` (a
+    `Model` or what `load_model` takes; both checked against the weights' hash the file
+    records)."""
     from rbfm.inference.goal import GoalSequences
     from rbfm.policy_files import check_z, load_any, recorded_model
+
+    _a_path("load_imitation", path, "a file that Imitation.save or `rbfm infer` wrote")
+    if model is not None and not isinstance(model, Model):
+        model = load_model(model)
 
     method, z, network, info = load_any(path)
     goals = network if isinstance(network, GoalSequences) else None
@@ -330,9 +359,9 @@ def load_imitation(path: str | os.PathLike[str], model: Model | None = None) -> 
             if not info.get("checkpoint"):
                 raise ConfigError(f"{path}: a task vector that records no model; pass model=")
             model = load_model(recorded_model(info))
-        first = goals.z[0][0] if goals is not None else z
-        assert first is not None
-        check_z(path, first, info, model.meta)
+        every = torch.cat(goals.z) if goals is not None else z
+        assert every is not None
+        check_z(path, every, info, model.meta)
     net = None if goals is not None else network
     assert not isinstance(net, GoalSequences)
     domain = str(info.get("domain", model.domain if model else ""))
@@ -354,10 +383,11 @@ def evaluate(
     `Imitation` or a file `load_imitation` reads."""
     episodes, seed = _plain(episodes), _plain(seed)
     in_range("evaluate", "episodes", episodes, 1, integer=True)
-    in_range("evaluate", "seed", seed, 0, integer=True)
+    checks.seed("evaluate", seed)
     if not isinstance(imitation, Imitation):
         imitation = load_imitation(imitation)
-    spec = EnvSpec(imitation.domain, task or imitation.task, perturbation, level).checked()
+    task = imitation.task if task is None else task  # "" is refused, not the default
+    spec = EnvSpec(imitation.domain, task, perturbation, level).checked()
     with RolloutEngine(0) as engine:
         result = engine.run(spec, imitation.policy(), episodes, seed=seed)
     if n := int(result.unstable.sum()):

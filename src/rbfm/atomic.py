@@ -72,6 +72,29 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def standard_json(where: Path, data: dict[str, Any]) -> None:
+    """Refuses NaN or infinity anywhere in `data`, by its first such key: Python's json
+    writes and reads them, standard JSON has neither, so other readers refuse the file.
+    Writers call it before anything is written; readers, before the values are copied."""
+    for key, value in data.items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except ValueError:
+            raise ConfigError(
+                f"{where}: {key} holds NaN or infinity, which standard JSON cannot"
+            ) from None
+
+
+def parse_json(text: str) -> Any:
+    """`text` as standard JSON: NaN and Infinity, which Python's json takes, raise
+    ValueError like any other defect."""
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"{constant} is not standard JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
 def write_pair(stem: Path, tensors: dict[str, Any], meta: dict[str, Any]) -> Path:
     """`stem.safetensors` and then `stem.json`, the description naming the weights' SHA-256:
     a pair torn by a killed write (the weights of one save beside the description of
@@ -79,9 +102,10 @@ def write_pair(stem: Path, tensors: dict[str, Any], meta: dict[str, Any]) -> Pat
     `.json` path."""
     from safetensors.torch import save_file
 
+    standard_json(beside(stem, ".json"), meta)
     weights = beside(stem, ".safetensors")
     atomic_write(weights, lambda tmp: save_file(tensors, str(tmp)))
-    text = json.dumps({**meta, "weights_sha256": file_sha256(weights)}, indent=2)
+    text = json.dumps({**meta, "weights_sha256": file_sha256(weights)}, indent=2, allow_nan=False)
     atomic_write(beside(stem, ".json"), lambda tmp: tmp.write_text(text))
     return beside(stem, ".json")
 

@@ -37,19 +37,21 @@ def in_range(
     open_high: bool = False,
     integer: bool = False,
 ) -> None:
-    """Raises ConfigError unless `value` is a finite number (an integer if asked) in range."""
+    """Raises ConfigError unless `value` is a finite number (an integer if asked) in range.
+    Compared as given: Python compares an int with a float exactly, where float(value)
+    would round a large integer (or overflow)."""
     kind = int if integer else (int, float)
     ok = isinstance(value, kind) and not isinstance(value, bool)
-    x = float(value) if ok else math.nan  # type: ignore[arg-type]
-    if ok and math.isfinite(x):
+    if ok and not (isinstance(value, float) and not math.isfinite(value)):
+        x: float = value  # type: ignore[assignment]
         ok = (low is None or (x > low if open_low else x >= low)) and (
             high is None or (x < high if open_high else x <= high)
         )
     else:
         ok = False
     if not ok:
-        lo = "-inf" if low is None else f"{low:g}"
-        hi = "inf" if high is None else f"{high:g}"
+        lo = "-inf" if low is None else _bound(low)
+        hi = "inf" if high is None else _bound(high)
         left = "(" if open_low or low is None else "["
         right = ")" if open_high or high is None else "]"
         bounds = f"{left}{lo}, {hi}{right}"
@@ -62,6 +64,20 @@ def in_range(
         if integer and isinstance(value, float) and math.isfinite(value):
             problem = "is not an integer"
         raise ConfigError(f"{owner}.{name}: {value!r} {problem} (valid: {what} in {bounds})")
+
+
+def _bound(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+# The largest seed taken: numpy's legacy generators' limit, far below torch's (2**64 - 1),
+# so that offsets added to a seed (per episode, per shard) stay within both.
+SEED_MAX = 2**32 - 1
+
+
+def seed(owner: str, value: object) -> None:
+    """A seed: an integer in [0, SEED_MAX] (numpy's generators take no negatives)."""
+    in_range(owner, "seed", value, 0, SEED_MAX, integer=True)
 
 
 def positive_ints(owner: str, name: str, values: tuple[int, ...]) -> None:

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from rbfm import EVAL_SEED, checks
-from rbfm.atomic import atomic_write, beside, stem_of
+from rbfm.atomic import atomic_write, beside, standard_json, stem_of
 from rbfm.baselines import BaselineResult, as_policy, load_policy, train_baseline, write_policy
 from rbfm.baselines.common import FORMAT as POLICY_FORMAT
 from rbfm.data.demos import Demos, save_demos
@@ -53,7 +53,8 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 def save_z(path: str | os.PathLike[str], z: torch.Tensor, meta: dict[str, Any]) -> Path:
     path = Path(path)
-    text = json.dumps({"z": z.detach().cpu().tolist(), **meta}, indent=2)
+    standard_json(path, meta)
+    text = json.dumps({"z": z.detach().cpu().tolist(), **meta}, indent=2, allow_nan=False)
     atomic_write(path, lambda tmp: tmp.write_text(text))
     return path
 
@@ -66,9 +67,12 @@ def _read_json(path: str | os.PathLike[str]) -> Any:
     if not Path(path).is_file():
         raise ConfigError(f"{path}: no such file")
     try:
-        return json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:  # JSON's or UTF-8's defects
         raise ConfigError(f"{path}: not a task-vector or policy file ({e})") from e
+    if isinstance(data, dict):  # z's own check names a NaN there; the rest would be copied
+        standard_json(Path(path), {k: v for k, v in data.items() if k != "z"})
+    return data
 
 
 def _task_vector(path: str | os.PathLike[str], data: Any) -> tuple[torch.Tensor, dict[str, Any]]:
@@ -84,6 +88,12 @@ def _task_vector(path: str | os.PathLike[str], data: Any) -> tuple[torch.Tensor,
         raise ConfigError(f"{path}: not a task-vector file written by `rbfm infer` ({e})") from e
     if z.ndim != 1 or not torch.isfinite(z).all():
         raise ConfigError(f"{path}: the task vector must be a finite 1-d list of numbers")
+    for key in ("method", "domain", "task", "checkpoint"):  # names, read and copied as such
+        if key in data and not isinstance(data[key], str):
+            raise ConfigError(
+                f"{path}: {key} is {json.dumps(data[key])} (valid: a name, as `rbfm infer` "
+                "writes it; or no such field)"
+            )
     sha = data.get("model_sha256")
     if sha is not None and not (isinstance(sha, str) and _SHA256.fullmatch(sha)):
         raise ConfigError(
@@ -105,15 +115,18 @@ def recorded_model(info: dict[str, Any]) -> str:
 def check_z(
     path: str | os.PathLike[str], z: torch.Tensor, info: dict[str, Any], meta: dict[str, Any]
 ) -> None:
-    """Refuses a task vector that does not belong to the model described by `meta`."""
+    """Refuses a task vector (d,), or goals (n, d) (a row per step), that does not belong
+    to the model described by `meta`."""
     dim = int(meta["config"]["z_dim"])
-    if len(z) != dim:
-        raise ConfigError(f"{path}: a {len(z)}-dim task vector, but the model's z has {dim}")
-    norm, radius = float(z.norm()), dim**0.5
-    if abs(norm - radius) > 1e-3 * radius:
+    if z.shape[-1] != dim:
+        raise ConfigError(f"{path}: a {z.shape[-1]}-dim task vector, but the model's z has {dim}")
+    norms, radius = z.reshape(-1, dim).norm(dim=1), dim**0.5
+    worst = int((norms - radius).abs().argmax())
+    if abs(float(norms[worst]) - radius) > 1e-3 * radius:
+        what = "the task vector's" if z.dim() == 1 else f"goal {worst}'s"
         raise ConfigError(
-            f"{path}: the task vector's norm is {norm:.4g}, but the model's policies take z "
-            f"on the sphere of radius sqrt({dim}) = {radius:.4g} (every rbfm inference "
+            f"{path}: {what} norm is {float(norms[worst]):.4g}, but the model's policies "
+            f"take z on the sphere of radius sqrt({dim}) = {radius:.4g} (every rbfm inference "
             "returns such a z); scale it to that norm"
         )
     if info.get("domain") not in (None, meta["domain"]):
@@ -311,6 +324,7 @@ def adapt_to_file(
     (rbfm.inference.adapt) to the demos' task under `perturbation` at `level` (both None:
     nominal), written to `out` with its description extended by the adaptation's record;
     a line saying how it went."""
+    checks.seed("adapt", seed)
     env = EnvSpec(demos.domain, demos.task, perturbation, level).checked()
     z, info = load_z(z_file)
     cfg.searches()
@@ -407,6 +421,7 @@ def imitate_to_file(
     `settings` and `preset` None: not given (the method's default); given to a method
     that would ignore them, refused."""
     overrides = dict(overrides or {})
+    checks.seed("infer", seed)
     check_named(method, settings, "--settings")
     check_named(method, preset, "--preset")
     check_demos(method, demos)
@@ -419,6 +434,8 @@ def imitate_to_file(
                 f"--bf16: FB methods only, not {method} (a baseline takes a --preset, and "
                 "--steps for its training steps)"
             )
+        if device is not None:
+            raise ConfigError(f"--device: {method} trains on the CPU (FB methods take it)")
         res, config, stem = train_to_file(
             method, demos, preset or "cpu", seed, out, overrides, described, True
         )
@@ -529,7 +546,7 @@ def evaluate_files(
     different domains, a task vector of another model, a file inferred for another task
     (unless `cross_task`), levels outside the family's range."""
     checks.in_range("evaluate", "episodes", episodes, 1, integer=True)
-    checks.in_range("evaluate", "seed", seed, 0, integer=True)  # numpy takes no negatives
+    checks.seed("evaluate", seed)
     checks.out_file(out)
     if not paths:
         raise ConfigError("evaluate: no files given (task vectors from `rbfm infer`, policies)")
@@ -556,7 +573,7 @@ def evaluate_files(
     for path, method, z, module, info in loaded:
         if isinstance(module, GoalSequences):
             assert meta is not None
-            check_z(path, module.z[0][0], info, meta)  # each goal is on the model's sphere
+            check_z(path, torch.cat(module.z), info, meta)  # each goal on the model's sphere
             goals.append((method, module))
         elif module is not None:
             policies.append((method, as_policy(module)))
@@ -578,6 +595,8 @@ def evaluate_files(
     zs.sort(key=lambda e: rank.get(e[0], len(NAMES)))
     policies.sort(key=lambda e: rank.get(e[0], len(NAMES)))
     model, domain = None, str(next(iter(domains)))
+    if device is not None and not (zs or goals):
+        raise ConfigError("--device: policies run on the CPU; task vectors and goals take it")
     if zs or goals:
         assert checkpoint is not None
         model, meta = load_checkpoint(checkpoint, device=device)

@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file
 from torch import nn
 
-from rbfm.atomic import atomic_write, beside, check_pair, write_pair
+from rbfm.atomic import atomic_write, beside, check_pair, parse_json, write_pair
 from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError, DatasetError
 from rbfm.fb.checkpoint import CheckpointError
@@ -184,8 +184,8 @@ def save_policy(stem: Path, policy: nn.Module, meta: dict[str, Any]) -> Path:
 def read_policy_meta(stem: Path) -> dict[str, Any]:
     desc = beside(stem, ".json")
     try:
-        meta = json.loads(desc.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        meta = parse_json(desc.read_text())
+    except (OSError, ValueError) as e:
         raise CheckpointError(f"{desc}: unreadable policy description ({e})") from e
     if meta.get("format") != FORMAT:
         raise CheckpointError(f"{desc}: not an rbfm policy (format {FORMAT!r})")

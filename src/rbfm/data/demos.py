@@ -21,8 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from rbfm.atomic import atomic_write
-from rbfm.checks import in_range
+from rbfm import checks
+from rbfm.atomic import atomic_write, parse_json, standard_json
 from rbfm.data.exorl import is_real
 from rbfm.envs import get_domain
 from rbfm.envs.domains import DomainSpec
@@ -235,7 +235,7 @@ class Demos:
         """n episodes drawn at random (without replacement) from seed."""
         seed = int(seed) if isinstance(seed, np.integer) else seed
         n = int(n) if isinstance(n, np.integer) else n
-        in_range("Demos.sample", "seed", seed, 0, integer=True)
+        checks.seed("Demos.sample", seed)
         if isinstance(n, bool) or not isinstance(n, int) or not 0 < n <= self.num_episodes:
             source = self.meta.get("path", f"{self.domain}/{self.task} demonstrations")
             raise ConfigError(
@@ -286,6 +286,7 @@ def content_sha256(demos: Demos) -> str:
 def save_demos(path: str | os.PathLike[str], demos: Demos) -> Path:
     path = Path(path)
     meta = {"domain": demos.domain, "task": demos.task, **demos.meta}
+    standard_json(path, meta)  # load_demos would refuse the file
 
     def write(tmp: Path) -> None:
         # A file object: given the path, numpy would append ".npz" to the temporary name.
@@ -324,7 +325,7 @@ def load_demos(path: str | os.PathLike[str], domain: str | None = None) -> Demos
                     "refused: write it with Demos.from_arrays and save_demos"
                 )
             arrays = {k: np.asarray(npz[k]) for k in _KEYS}
-            meta = json.loads(str(npz["meta"]))
+            meta = parse_json(str(npz["meta"]))
     except DatasetError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from rbfm import checks
 from rbfm.atomic import atomic_csv
 from rbfm.evaluation.aggregate import mean_ci, stratified_iqm
 from rbfm.evaluation.fb_policy import fb_policy
@@ -134,7 +135,7 @@ def zero_shot_report(
     from rbfm.fb.reward_inference import task_vectors
 
     in_range("zero-shot", "episodes", episodes, 1, integer=True)
-    in_range("zero-shot", "seed", seed, 0, integer=True)  # numpy's generators take no negatives
+    checks.seed("zero-shot", seed)
     in_range("zero-shot", "workers", workers, 0, integer=True)
     model, meta = load_checkpoint(checkpoint, device=device)
     domain = meta["domain"]

@@ -34,7 +34,14 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from rbfm.atomic import PAIR, atomic_write, beside, file_sha256, stem_of
+from rbfm.atomic import (
+    PAIR,
+    atomic_write,
+    beside,
+    file_sha256,
+    standard_json,
+    stem_of,
+)
 from rbfm.device import pick_device
 from rbfm.envs import DOMAINS, TASKS, get_domain
 from rbfm.errors import ConfigError, RbfmError
@@ -362,12 +369,7 @@ def save_checkpoint(
     dtype stores the floating-point tensors in another precision (float16 halves the
     file); `load_checkpoint` copies them back into the model's float32.
     """
-    # JSON has no NaN or infinity: Python would write them, other readers refuse them.
-    if bad := [k for k, v in meta.items() if not _finite_json(v)]:
-        raise CheckpointError(
-            f"{beside(stem, '.json')}: {bad[0]} holds NaN or infinity, which a model's "
-            "description cannot (standard JSON has neither); nothing written"
-        )
+    standard_json(beside(stem, ".json"), meta)
     weights = beside(stem, ".safetensors")
     state = {
         k: _stored(v.detach().cpu(), dtype).contiguous()
@@ -388,14 +390,6 @@ def save_checkpoint(
     atomic_write(beside(stem, ".json"), lambda p: p.write_text(text))
 
 
-def _finite_json(value: Any) -> bool:
-    try:
-        json.dumps(value, allow_nan=False)
-    except ValueError:
-        return False
-    return True
-
-
 def _stored(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     return t.to(dtype) if dtype is not None and t.is_floating_point() else t
 
@@ -412,10 +406,12 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
             f".safetensors, or a shipped model: {have}){_folder_note()}"
         )
     try:
+        # Python's json, NaN taken: the fields read are checked each (task_z for NaN),
+        # which names the defect better than the parser would.
         meta = json.loads(meta_path.read_text())
     except OSError as e:  # a folder named as a description, or one not readable
         raise CheckpointError(f"{meta_path}: cannot read it ({e.strerror})") from e
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except ValueError as e:  # JSON's or UTF-8's defects
         raise CheckpointError(f"{meta_path}: not valid JSON ({e})") from e
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         raise CheckpointError(f"{meta_path}: not an rbfm FB checkpoint (format {FORMAT!r})")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from rbfm import checks
 from rbfm.checks import in_range
 from rbfm.data.demos import Demos
 from rbfm.envs import checked_tasks
@@ -36,7 +37,7 @@ def generate_demos(
     if not 0.0 <= action_noise <= 10.0 or not np.isfinite(action_noise):
         raise ConfigError(f"action_noise: {action_noise} is out of range (valid: 0..10)")
     in_range("generate_demos", "episodes", episodes, 1, integer=True)
-    in_range("generate_demos", "seed", seed, 0, integer=True)
+    checks.seed("generate_demos", seed)
     act = fb_policy(model, z)
     if action_noise > 0:
         act = _BatchNoise(act, action_noise, np.random.default_rng([seed, 1]))
@@ -90,7 +91,7 @@ def expert_demos(
     from rbfm.fb.reward_inference import task_vectors
 
     # numpy's seed sequences take no negatives: refused by name before the model loads.
-    in_range("fb", "seed", seed, 0, integer=True)
+    checks.seed("fb", seed)
     model, meta = load_checkpoint(checkpoint, device=device)
     z, source = task_vectors(
         model, meta, checked_tasks(meta["domain"], [task]), checkpoint, dataset, seed

@@ -43,7 +43,9 @@ from rbfm.robust.duals import light_objective
 
 @dataclass(frozen=True)
 class FMConfig:
-    steps: int = 200  # L-BFGS loss evaluations
+    # L-BFGS loss evaluations: its iterations stop there, a line search under way finishes
+    # (so 1 gives 2: the start's evaluation and the search's first).
+    steps: int = 200
     starts: int = 2048  # demonstrated states used as starts, drawn by the seed
     eps: float = 0.0  # TV radius of the robust variant (0: the mean)
     coverage: float = 0.99  # the share of the discounted weight the targets keep

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from rbfm import checks
 from rbfm.atomic import atomic_write
 from rbfm.checks import in_range, out_dir
 from rbfm.data.demos import Demos, save_demos
@@ -53,7 +54,7 @@ def planned_episode(
     """Episode `index` of the planner's stream for `seed`: its initial state and its
     sampling noise are drawn from (seed, index)."""
     in_range("mpc", "index", index, 0, integer=True)
-    in_range("mpc", "seed", seed, 0, integer=True)
+    checks.seed("mpc", seed)
     _check_steps(steps)
     env = make_env(domain, task, seed=0, dynamics=dynamics)
     env.reseed(np.random.SeedSequence([seed, index, _STREAM]))
@@ -106,7 +107,7 @@ def planned_episodes(
     parts of other settings (another key) are never mixed in."""
     get_domain(domain).reward_fn(task)
     in_range("mpc", "episodes", episodes, 1, integer=True)
-    in_range("mpc", "seed", seed, 0, integer=True)  # numpy's seed sequences take no negatives
+    checks.seed("mpc", seed)
     _check_steps(steps)
     dyn = check_dynamics(domain, dynamics or {})
     key = _part_key(domain, task, config, dyn, seed) + ("" if steps is None else f"-{steps}")

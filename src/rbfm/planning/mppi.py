@@ -32,6 +32,7 @@ import mujoco
 import mujoco.rollout
 import numpy as np
 
+from rbfm import checks
 from rbfm.checks import in_range, known_fields
 from rbfm.envs import RbfmEnv, get_domain
 from rbfm.envs.dynamics import Dynamics, apply_dynamics, check_dynamics
@@ -150,7 +151,7 @@ class MPPIPlanner:
         dynamics: Dynamics | None = None,
         seed: int = 0,
     ) -> None:
-        in_range("mpc", "seed", seed, 0, integer=True)  # numpy's generators take no negatives
+        checks.seed("mpc", seed)
         spec = get_domain(domain)
         self.reward = spec.reward_fn(task)  # an unknown task is refused before planning
         self.spec, self.config = spec, config

@@ -27,6 +27,7 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
+from rbfm import checks
 from rbfm.atomic import atomic_write
 from rbfm.checks import in_range
 from rbfm.data import Dataset, load_dataset
@@ -70,7 +71,8 @@ class PretrainConfig:
     overrides: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
-        for name, low in (("transitions", 1), ("seed", 0), ("workers", 0), ("log_every", 1)):
+        checks.seed("pretrain", self.seed)
+        for name, low in (("transitions", 1), ("workers", 0), ("log_every", 1)):
             value = getattr(self, name)
             if value is not None:
                 in_range("pretrain", name, value, low, integer=True)
