@@ -201,7 +201,7 @@ def _demos_cli(tmp_path: Path, *args: str) -> list[str]:
         (["--mpc", "horizon=inf"], "mpc.horizon: 'inf' is not a number (valid: an integer in"),
         (["--mpc", "samples=1e18"], "mpc.samples: 1000000000000000000 is out of range"),
         (["--mpc", "noise=-1"], "mpc.noise: -1 is out of range (valid: a number in (0, 2])"),
-        (["--seed", "-1"], "mpc.seed: -1 is out of range (valid: an integer in [0, 4294967295])"),
+        (["--seed", "-1"], "--seed: -1 is out of range (valid: 0 to 4294967295)"),
         (["--task", "fly"], "unknown cheetah task 'fly'"),
         (["--mpc", "horizon=-1"], "mpc.horizon: -1 is out of range"),
         (["--device", "bogus"], "--device are --expert fb's (the planner runs on"),
@@ -229,7 +229,7 @@ def test_the_models_expert_refuses_a_negative_seed_before_loading_it(
     args = ["demos", "--checkpoint", "cheetah", "--task", "run", "--seed", "-1"]
     assert main([*args, "--out", str(tmp_path / "d.npz")]) == 2
     err = capsys.readouterr().err
-    assert "fb.seed: -1 is out of range (valid: an integer in [0, 4294967295])" in err
+    assert "--seed: -1 is out of range (valid: 0 to 4294967295)" in err
     assert len(err.splitlines()) == 1 and list(tmp_path.iterdir()) == []
 
 

@@ -388,13 +388,13 @@ def test_an_output_that_is_an_input_or_a_repeated_or_orphan_option_is_refused(
     _fails([*base, "--levels", "5"], "--levels: needs a --perturbation family", capsys)
     _fails([*base, "--perturbation", "joint_friction", "--levels", "5", "5"],
            "--levels: give distinct levels", capsys)  # fmt: skip
-    _fails([*base, "--seed", "-1"], "evaluate.seed: -1 is out of range", capsys)
+    _fails([*base, "--seed", "-1"], "--seed: -1 is out of range (valid: 0 to 4294967295)", capsys)
     _fails([*base, "--cross-task"], "--cross-task: needs --task, the task to score", capsys)
     _fails(["evaluate", "--z", z, z, "--checkpoint", str(files["model"])],
            "evaluate: a file is given twice", capsys)  # fmt: skip
     model = ["zero-shot", "--checkpoint", str(files["model"]), "--task", "run"]
     _fails([*model, "--workers", "-1"], "zero-shot.workers: -1 is out of range", capsys)
-    _fails([*model, "--seed", "-1"], "zero-shot.seed: -1 is out of range", capsys)
+    _fails([*model, "--seed", str(2**64)], "--seed: 18446744073709551616 is out of range", capsys)
 
 
 def test_nan_in_a_description_is_refused_where_it_would_be_copied_or_written(

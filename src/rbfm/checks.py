@@ -80,6 +80,12 @@ def seed(owner: str, value: object) -> None:
     in_range(owner, "seed", value, 0, SEED_MAX, integer=True)
 
 
+def seed_option(option: str, value: int) -> None:
+    """`--seed` on the command line: `seed`'s rule, its message naming the option."""
+    if not 0 <= value <= SEED_MAX:
+        raise ConfigError(f"{option}: {value} is out of range (valid: 0 to {SEED_MAX})")
+
+
 def positive_ints(owner: str, name: str, values: tuple[int, ...]) -> None:
     if not isinstance(values, tuple | list):
         raise ConfigError(f"{owner}.{name}: {values!r} is not a list of layer widths")

@@ -97,7 +97,7 @@ OPTIONS: dict[str, Opt] = {
     "ray": Opt("run on Ray: auto, local or a cluster address (pip install 'rbfm[ray]')"),
     "replay": Opt("store only the actions; `rbfm unpack` regenerates the rest", bool),
     "search": Opt("adaptation search (cem: cross-entropy; docs/inference.md)", extra=_SEARCH),
-    "seed": Opt("random seed", int),
+    "seed": Opt("random seed", int, check="seed"),
     "seeds": Opt("override: the first N seeds", int),
     "set": Opt(
         "override a preset's field (repeatable; part of the run's identity)",
@@ -136,6 +136,7 @@ class Use:
 # an output is refused before any compute is spent on it.
 CHECKS: dict[str, Check] = {
     "count": checks.count,
+    "seed": checks.seed_option,
     "file": lambda option, path: checks.out_file(path),
     "file, folder made": lambda option, path: checks.out_file(path, made=True),
     "folder": lambda option, path: checks.out_dir(path, option),
