@@ -14,7 +14,8 @@ SRC = Path(__file__).resolve().parent.parent / "src" / "rbfm"
 # the reports drawn from their results, then the command line.
 LAYERS: list[set[str]] = [
     {"errors"},
-    {"atomic", "checks", "device", "locks", "seeding", "progress", "threads"},
+    {"atomic"},  # files written whole, below the checks that name them
+    {"checks", "device", "locks", "seeding", "progress", "threads"},
     {"run_identity"},
     {"envs"},
     {"data"},

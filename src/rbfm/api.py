@@ -138,7 +138,7 @@ class Imitation:
         """Refuses a policy whose actions would be NaN (the rollout engine would end each
         episode at its first step as a physics failure and count a return of 0), and a z
         or goals that are not the model's: its size, on its sphere (as files are)."""
-        from rbfm.policy_files import check_z
+        from rbfm.policy_files import on_sphere
 
         z = self.z
         if z is not None and not (
@@ -159,7 +159,7 @@ class Imitation:
                 raise ConfigError(f"{self.method} imitation: NaN or infinite values in its {what}")
         every = torch.cat(self.goals.z) if self.goals is not None else z
         if every is not None and self.model is not None:
-            check_z(f"{self.method} imitation", every, {}, self.model.meta)
+            on_sphere(f"{self.method} imitation", every, self.model.fb.cfg.z_dim)
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """A task-vector file (`path` as given), or a policy's or goal sequences' `.json`

@@ -112,12 +112,9 @@ def recorded_model(info: dict[str, Any]) -> str:
     return name
 
 
-def check_z(
-    path: str | os.PathLike[str], z: torch.Tensor, info: dict[str, Any], meta: dict[str, Any]
-) -> None:
-    """Refuses a task vector (d,), or goals (n, d) (a row per step), that does not belong
-    to the model described by `meta`."""
-    dim = int(meta["config"]["z_dim"])
+def on_sphere(path: str | os.PathLike[str], z: torch.Tensor, dim: int) -> None:
+    """Refuses a task vector (d,), or goals (n, d), not of size `dim` on the sphere of
+    radius sqrt(dim), where a model's policies take z."""
     if z.shape[-1] != dim:
         raise ConfigError(f"{path}: a {z.shape[-1]}-dim task vector, but the model's z has {dim}")
     norms, radius = z.reshape(-1, dim).norm(dim=1), dim**0.5
@@ -129,6 +126,14 @@ def check_z(
             f"take z on the sphere of radius sqrt({dim}) = {radius:.4g} (every rbfm inference "
             "returns such a z); scale it to that norm"
         )
+
+
+def check_z(
+    path: str | os.PathLike[str], z: torch.Tensor, info: dict[str, Any], meta: dict[str, Any]
+) -> None:
+    """Refuses a task vector (d,), or goals (n, d) (a row per step), that does not belong
+    to the model described by `meta`."""
+    on_sphere(path, z, int(meta["config"]["z_dim"]))
     if info.get("domain") not in (None, meta["domain"]):
         raise ConfigError(
             f"{path}: a {info['domain']} task vector, but the model is a {meta['domain']} model"
