@@ -66,6 +66,24 @@ def in_range(
         raise ConfigError(f"{owner}.{name}: {value!r} {problem} (valid: {what} in {bounds})")
 
 
+def check_fields(
+    config: object,
+    ranges: Mapping[str, tuple[float, float | None]],
+    integer: bool = True,
+    open_low: bool = False,
+) -> None:
+    """`in_range` on each named field of a config: (low, high) each, high None for none;
+    errors name the config's class and the field."""
+    for name, (low, high) in ranges.items():
+        value = getattr(config, name)
+        in_range(type(config).__name__, name, value, low, high, integer=integer, open_low=open_low)
+
+
+def check_flag(owner: str, name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{owner}.{name}: {value!r} is not true or false")
+
+
 def _bound(x: float) -> str:
     return str(x) if isinstance(x, int) else f"{x:g}"
 

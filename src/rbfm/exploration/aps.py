@@ -19,6 +19,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from rbfm.checks import check_fields, check_flag
 from rbfm.errors import unknown
 from rbfm.exploration.ddpg import DDPGAgent, DDPGConfig, RunningMeanStd, agent_presets
 from rbfm.exploration.replay import EpisodeReplay
@@ -33,6 +34,14 @@ class APSConfig(DDPGConfig):
     knn_k: int = 12
     knn_clip: float = 1e-4
     knn_avg: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        # knn_k neighbours among a batch's states
+        counts = {"sf_dim": (1, None), "update_task_every_step": (1, None)}
+        check_fields(self, {**counts, "knn_k": (1, self.batch_size)})
+        check_fields(self, {"knn_clip": (0, 1e6)}, integer=False)
+        check_flag(type(self).__name__, "knn_avg", self.knn_avg)
 
 
 APS_PRESETS: dict[str, APSConfig] = agent_presets(APSConfig(), {})

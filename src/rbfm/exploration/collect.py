@@ -35,6 +35,7 @@ from rbfm.atomic import TMP_SUFFIX, atomic_write
 from rbfm.checks import known_fields
 from rbfm.data.episode import COLLECTION_FILE, Agent, run_episode
 from rbfm.data.exorl import episode_files, parse_name, read_episode, write_episode
+from rbfm.device import pick_device
 from rbfm.envs import families, get_domain, make_env
 from rbfm.envs.dynamics import DynamicsDistribution, dynamics_vector
 from rbfm.errors import ConfigError, unknown
@@ -199,9 +200,11 @@ def _checked_agent_config(cfg: CollectConfig) -> Any:
     if cfg.transitions <= 0:
         raise ConfigError(f"transitions: {cfg.transitions} is out of range (valid: >= 1)")
     if cfg.agent != "random":
+        pick_device(cfg.device)  # refused before the run's folder is made
         return agent_config(cfg.agent, cfg.preset, cfg.overrides)
-    if cfg.overrides:
-        raise ConfigError("overrides: the random agent has no config to change")
+    unused = {"overrides": bool(cfg.overrides), "device": cfg.device is not None}
+    if given := [name for name, set_ in unused.items() if set_]:
+        raise ConfigError(f"{given[0]}: the random agent has no network and no config to change")
     return None
 
 

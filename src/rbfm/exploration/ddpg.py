@@ -16,6 +16,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from rbfm.checks import check_fields
 from rbfm.device import pick_device
 from rbfm.exploration.replay import EpisodeReplay
 
@@ -34,6 +35,17 @@ class DDPGConfig:
     stddev: float = 0.2
     stddev_clip: float = 0.3
     num_seed_frames: int = 4000
+
+    def __post_init__(self) -> None:
+        """Every field in its range (`rbfm collect --set` reaches here): a NaN rate or
+        noise would train to NaN actions, which MuJoCo refuses mid-collection."""
+        counts = ("hidden_dim", "batch_size", "nstep", "update_every_steps")
+        check_fields(self, {**dict.fromkeys(counts, (1, None)), "num_seed_frames": (0, None)})
+        check_fields(
+            self, {"lr": (0, 1), "critic_target_tau": (0, 1)}, integer=False, open_low=True
+        )
+        numbers = {"discount": (0, 1), "stddev": (0, 10), "stddev_clip": (0, 10)}
+        check_fields(self, numbers, integer=False)
 
 
 _C = TypeVar("_C", bound=DDPGConfig)

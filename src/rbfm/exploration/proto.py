@@ -18,6 +18,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from rbfm.checks import check_fields
 from rbfm.errors import unknown
 from rbfm.exploration.ddpg import DDPGAgent, DDPGConfig, agent_presets, polyak
 from rbfm.exploration.replay import EpisodeReplay
@@ -35,6 +36,15 @@ class ProtoConfig(DDPGConfig):
     queue_size: int = 2048
     encoder_target_tau: float = 0.05
     sinkhorn_iters: int = 3
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        counts = ("pred_dim", "proj_dim", "num_protos", "queue_size", "sinkhorn_iters")
+        # topk neighbours among the queue's
+        check_fields(self, {**dict.fromkeys(counts, (1, None)), "topk": (1, self.queue_size)})
+        check_fields(
+            self, {"tau": (0, 1e6), "encoder_target_tau": (0, 1)}, integer=False, open_low=True
+        )
 
 
 # Prototypes as URLB's but in the tiny preset.

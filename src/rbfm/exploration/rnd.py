@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from rbfm.checks import check_fields
 from rbfm.errors import unknown
 from rbfm.exploration.ddpg import DDPGAgent, DDPGConfig, RunningMeanStd, agent_presets
 from rbfm.exploration.replay import EpisodeReplay
@@ -26,6 +27,12 @@ class RNDConfig(DDPGConfig):
     rnd_rep_dim: int = 512
     rnd_scale: float = 1.0
     obs_clip: float = 5.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_fields(self, {"rnd_hidden_dim": (1, None), "rnd_rep_dim": (1, None)})
+        check_fields(self, {"rnd_scale": (0, 1e6)}, integer=False)
+        check_fields(self, {"obs_clip": (0, 1e6)}, integer=False, open_low=True)
 
 
 RND_PRESETS: dict[str, RNDConfig] = agent_presets(
