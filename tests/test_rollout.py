@@ -25,6 +25,9 @@ def test_results_match_a_plain_loop_and_do_not_depend_on_workers() -> None:
             results.append(engine.run(spec, _linear_policy, 4, seed=3))
     np.testing.assert_array_equal(results[0].returns, results[1].returns)
     assert (results[0].lengths == 1000).all() and not results[0].unstable.any()
+    with RolloutEngine(3) as engine:  # more workers than episodes: the third waits
+        two = engine.run(spec, _linear_policy, 2, seed=3)
+    np.testing.assert_array_equal(two.returns, results[0].returns[:2])
     env = make_env("cheetah", "run", "joint_friction", 10.0)
     env.reseed(np.random.SeedSequence((3, 2)))  # episode 2 of seed 3
     ts, total = env.reset(), 0.0

@@ -311,10 +311,11 @@ class RolloutEngine:
     def _call(self, cmd: str, payloads: list[tuple[Any, ...]]) -> list[Any]:
         if self._local is not None:
             return [getattr(self._local, cmd)(*payloads[0])]
-        for conn, payload in zip(self._conns, payloads, strict=True):
+        conns = self._conns[: len(payloads)]  # fewer shards than workers: the rest wait
+        for conn, payload in zip(conns, payloads, strict=True):
             conn.send((cmd, payload))
         results = []
-        for conn in self._conns:
+        for conn in conns:
             status, value = conn.recv()
             if status == "error":
                 raise RuntimeError(f"rollout worker failed: {value}")
@@ -375,9 +376,9 @@ class RolloutEngine:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[dict[str, np.ndarray]]]:
         """One lockstep batch: (returns, lengths, unstable, trajectories if recorded)."""
         n = len(plan)
-        shards = np.array_split(np.arange(n), max(self.workers, 1))
-        if any(len(s) == 0 for s in shards):
-            raise ValueError(f"{n} episodes cannot be split over {self.workers} workers")
+        # Fewer episodes than workers: one episode per worker, the others idle (an
+        # episode's return does not depend on its shard).
+        shards = np.array_split(np.arange(n), max(min(self.workers, n), 1))
         first = self._call("reset", [([plan[i] for i in s], record) for s in shards])
         obs = np.concatenate([o for o, _ in first])
         history: list[tuple[np.ndarray, ...]] = []
