@@ -178,6 +178,8 @@ def test_a_model_s_invalid_experts_fail_naming_the_model(
     ("change", "message"),
     [
         ({"name": 5}, r"^name: 5 must be letters"),
+        ({"name": ".."}, r"^name: '\.\.' must hold a letter, digit"),
+        ({"eval_seed": 2**32}, r"^eval_seed: 4294967296 is out of range \(valid: 0 to 4294967295"),
         ({"num_demos": "2"}, r"^num_demos: '2' is out of range"),
         ({"eval_seed": -4}, r"^eval_seed: -4 is out of range"),
         ({"demo_seed": 1.5}, r"^demo_seed: 1.5 is out of range"),

@@ -421,10 +421,12 @@ def _adapt_config(entry: AdaptEntry, where: str, labels: set[str]) -> dict[str, 
 
 
 def _check_counts(spec: ExperimentSpec) -> None:
-    if not isinstance(spec.name, str) or not spec.name:
-        raise ConfigError(f"name: {spec.name!r} must be letters, digits, '-', '_' or '.'")
-    if not all(c.isalnum() or c in "-_." for c in spec.name):
-        raise ConfigError(f"name: {spec.name!r} must be letters, digits, '-', '_' or '.'")
+    # The name is a folder under runs/experiments: "." or ".." would be another one.
+    name = spec.name
+    if not isinstance(name, str) or not all(c.isalnum() or c in "-_." for c in name):
+        raise ConfigError(f"name: {name!r} must be letters, digits, '-', '_' or '.'")
+    if not name.strip("."):
+        raise ConfigError(f"name: {name!r} must hold a letter, digit, '-' or '_'")
     if not spec.seeds or len(set(spec.seeds)) != len(spec.seeds):
         raise ConfigError("seeds: give distinct inference seeds (a list, or a count)")
     for s in spec.seeds:

@@ -42,8 +42,8 @@ def run_and_report(
     if dry_run:
         yield pending(p, out)
         return
+    executor = make_executor(workers, ray)  # no Ray cluster: refused before the folder
     with hold(out):  # refused before any worker starts; the figures are this run's too
-        executor = make_executor(workers, ray)
         yield f"running on {executor.name} into {out}"
         batch = EVAL_BATCH if eval_batch is None else eval_batch
         summary = run_experiment(spec, out, executor, progress, batch, forget_stale)
