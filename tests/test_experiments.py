@@ -1185,3 +1185,13 @@ def test_a_negative_worker_count_is_refused_before_the_run_folder_and_lock_exist
     with pytest.raises(ConfigError, match=r"experiment\.workers: -1 is out of range"):
         list(run_and_report(from_dict(smoke_dict(checkpoint)), out, workers=-1))
     assert not out.exists()
+
+
+def test_command_line_overrides_take_the_specs_first_seeds_and_skip_stepless_methods() -> None:
+    spec = dataclasses.replace(PRESETS["external-cheetah"], seeds=(3, 7, 9))
+    assert with_overrides(spec, seeds=2).seeds == (3, 7)
+    with pytest.raises(ConfigError, match=r"--seeds: 4 is out of range \(valid: 1 to 3, the"):
+        with_overrides(spec, seeds=4)
+    stepped = {m.name: m.overrides.get("steps") for m in with_overrides(spec, steps=5).methods}
+    assert stepped["fbil"] == 5 and stepped["er"] is None and stepped["goal"] is None
+    plan(with_overrides(spec, steps=5))  # er's config has no steps: no refusal

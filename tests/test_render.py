@@ -53,3 +53,16 @@ def test_render_writes_a_gif_of_two_policies_side_by_side(tmp_path: Path) -> Non
     frames = imageio.mimread(out)
     assert len(frames) == 2 and frames[0].shape[:2] == (240, 640)  # two panels of 320
     assert "2 frames of cheetah/run, nominal" in done.stdout
+
+
+def test_steps_past_the_episode_are_refused_before_rendering(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The environment would start another episode at step 1,000, which the GIF would join."""
+    from rbfm.cli import main
+
+    args = ["render", "--checkpoint", "cheetah:rnd-v1", "--task", "run", "--steps", "1001"]
+    assert main([*args, "--out", str(tmp_path / "r.gif")]) == 2
+    err = capsys.readouterr().err
+    assert "render.steps: 1001 is out of range (valid: an integer in [1, 1000])" in err
+    assert not list(tmp_path.iterdir())

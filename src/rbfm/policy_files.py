@@ -28,7 +28,7 @@ from rbfm.atomic import atomic_write, beside, standard_json, stem_of
 from rbfm.baselines import BaselineResult, as_policy, load_policy, train_baseline, write_policy
 from rbfm.baselines.common import FORMAT as POLICY_FORMAT
 from rbfm.data.demos import Demos, save_demos
-from rbfm.envs import checked_tasks, get_perturbation
+from rbfm.envs import checked_tasks, get_domain, get_perturbation
 from rbfm.errors import ConfigError, RbfmError, unknown
 from rbfm.evaluation.aggregate import mean_ci
 from rbfm.evaluation.rollout import EnvSpec
@@ -664,6 +664,8 @@ def render_files(
     model, meta = load_checkpoint(checkpoint, device=device)
     domain = meta["domain"]
     checked_tasks(domain, [task])
+    # Past its end the environment starts another episode, which the GIF would join on.
+    checks.in_range("render", "steps", steps, 1, get_domain(domain).episode_length, integer=True)
     if perturbation is not None and level is None:
         level = get_perturbation(domain, perturbation).extreme
     policies = z_files(z_paths, meta)

@@ -837,22 +837,38 @@ def with_overrides(
     steps: int | None = None,
     tasks: tuple[str, ...] | None = None,
 ) -> ExperimentSpec:
-    """The spec with fewer seeds, other episode counts or step counts, or some of its
-    tasks only (command-line knobs)."""
+    """The spec with its first `seeds` seeds, other episode counts or step counts (of
+    each method that takes steps), or some of its tasks only (command-line knobs)."""
+    from rbfm.methods import get_method
+
     out = spec if tasks is None else only_tasks(spec, tasks)
     if seeds is not None:
-        out = dataclasses.replace(out, seeds=tuple(range(seeds)))
+        if not 1 <= seeds <= len(spec.seeds):
+            raise ConfigError(
+                f"--seeds: {seeds} is out of range (valid: 1 to {len(spec.seeds)}, the number "
+                f"of {spec.name}'s seeds; add seeds to the spec for more)"
+            )
+        out = dataclasses.replace(out, seeds=spec.seeds[:seeds])
     if episodes is not None:
         out = dataclasses.replace(out, episodes=episodes)
     if steps is not None:
+        stepped = {m.name for m in out.methods if "steps" in _fields(get_method(m.name).config)}
+        if not stepped:
+            raise ConfigError(f"--steps: none of {spec.name}'s methods takes steps")
         out = dataclasses.replace(
             out,
             methods=tuple(
                 dataclasses.replace(m, overrides={**m.overrides, "steps": steps})
+                if m.name in stepped
+                else m
                 for m in out.methods
             ),
         )
     return out
+
+
+def _fields(config: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(config)}
 
 
 def only_tasks(spec: ExperimentSpec, tasks: tuple[str, ...]) -> ExperimentSpec:
