@@ -66,3 +66,12 @@ def test_steps_past_the_episode_are_refused_before_rendering(
     err = capsys.readouterr().err
     assert "render.steps: 1001 is out of range (valid: an integer in [1, 1000])" in err
     assert not list(tmp_path.iterdir())
+
+
+def test_a_mujoco_gl_that_does_not_load_is_one_line() -> None:
+    """In a fresh process: MuJoCo loads the backend MUJOCO_GL names when first imported."""
+    env = {**os.environ, "MUJOCO_GL": "bogus"}
+    cmd = [sys.executable, "-m", "rbfm.cli", "envs"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("rbfm: error: MUJOCO_GL=bogus did not load (invalid value")

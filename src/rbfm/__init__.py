@@ -5,8 +5,10 @@ import os
 # dm_control picks an OpenGL backend at import time and warns when there is no display.
 # rbfm never renders by default; users who want pixels set MUJOCO_GL themselves.
 # `rbfm render` switches to EGL when the choice was rbfm's, not the user's.
-GL_DEFAULTED = "MUJOCO_GL" not in os.environ
-os.environ.setdefault("MUJOCO_GL", "disable")
+# An empty MUJOCO_GL is no choice either (MuJoCo reads it as its default).
+GL_DEFAULTED = not os.environ.get("MUJOCO_GL")
+if GL_DEFAULTED:
+    os.environ["MUJOCO_GL"] = "disable"
 
 __version__ = "0.1.0"
 

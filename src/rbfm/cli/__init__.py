@@ -57,7 +57,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["MUJOCO_GL"] = "egl"
     # A library warning on the command line: its text, not the source line that raised it.
     warnings.formatwarning = lambda message, *_, **__: f"rbfm: warning: {message}\n"
-    parser = build_parser()
+    try:
+        parser = build_parser()  # imports MuJoCo, which loads the backend MUJOCO_GL names
+    except (RuntimeError, AttributeError, ImportError, OSError) as e:
+        if rbfm.GL_DEFAULTED:
+            raise
+        print(
+            f"rbfm: error: MUJOCO_GL={os.environ['MUJOCO_GL']} did not load ({e}); unset it "
+            "(only `rbfm render` draws, and picks EGL itself), or name egl or osmesa with "
+            "its library installed",
+            file=sys.stderr,
+        )
+        return 2
     args = parser.parse_args(argv)
     if args.command is None:  # bare `rbfm`: the commands and what each does
         parser.print_help()
