@@ -441,3 +441,24 @@ def test_device_is_refused_where_nothing_would_run_on_it(
     _fails([*infer, "--device", "cpu", "--out", str(tmp_path / "q")],
            "--device: drbc trains on the CPU (FB methods take it)", capsys)  # fmt: skip
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p.json", "p.safetensors"]
+
+
+def test_plot_refuses_tables_it_cannot_draw_by_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    header = "method,level,mean,ci95,seeds,episodes,unstable\n"
+    (tmp_path / "t.csv").write_text(header + "fbil,0,12.5,1.0,3,2,0\nfbil,5,nan,1.0,3,2,0\n")
+    out = str(tmp_path / "p.png")
+    _fails(["plot", str(tmp_path / "t.csv"), "--out", out],
+           "t.csv: line 3's level, mean or ci95 is not a finite number", capsys)  # fmt: skip
+    (tmp_path / "t.csv").write_text(header + "fbil,0,12.5,1.0,0,2,0\n")
+    _fails(["plot", str(tmp_path / "t.csv"), "--out", out],
+           "t.csv: line 2's seeds, episodes or unstable is out of range", capsys)  # fmt: skip
+    run = tmp_path / "run"
+    run.mkdir()
+    _fails(["plot", str(run), "--out", out], "run: no eval.csv (a pretraining run writes", capsys)
+    (run / "eval.csv").write_text("step,iqm,walk\n")
+    _fails(["plot", str(run), "--out", out], "eval.csv: no evaluations yet", capsys)
+    (run / "eval.csv").write_text("step,iqm,walk\n100,50.0,40.0\n200,nan,41.0\n")
+    _fails(["plot", str(run), "--out", out], "eval.csv: line 3 holds NaN or infinity", capsys)
+    assert not (tmp_path / "p.png").exists()

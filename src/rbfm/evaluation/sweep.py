@@ -7,6 +7,7 @@ the same lockstep batch; all task vectors share one batched actor call per step.
 from __future__ import annotations
 
 import csv
+import math
 import os
 from collections import defaultdict
 from dataclasses import dataclass
@@ -165,6 +166,12 @@ def read_csv(path: str | os.PathLike[str]) -> tuple[list[SweepRow], dict[str, st
         raise ConfigError(f"{path}: not a table written by `rbfm evaluate` ({e!r})") from e
     if not rows:
         raise ConfigError(f"{path}: the table is empty")
+    for i, r in enumerate(rows, 2):  # line 1 is the header
+        numbers = [r.mean, r.ci95, 0.0 if r.level is None else r.level]
+        if not all(map(math.isfinite, numbers)) or r.ci95 < 0:
+            raise ConfigError(f"{path}: line {i}'s level, mean or ci95 is not a finite number")
+        if r.seeds < 1 or r.episodes < 1 or r.unstable < 0:
+            raise ConfigError(f"{path}: line {i}'s seeds, episodes or unstable is out of range")
     fields = {f.name for f in SweepRow.__dataclass_fields__.values()}
     return rows, {k: v for k, v in records[0].items() if k not in fields}
 

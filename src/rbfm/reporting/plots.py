@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import textwrap
 from pathlib import Path
 
@@ -25,26 +26,43 @@ DPI = 100
 def plot_pretraining(run: Path, out: Path, title: str | None = None) -> Path:
     """IQM over all tasks and each task's mean return against updates, from eval.csv.
     `title` replaces the default one (the run's name, best IQM and its update)."""
-    with open(run / "eval.csv", newline="") as f:
-        rows = list(csv.DictReader(f))
-    if not rows:
-        raise ValueError(f"{run / 'eval.csv'} has no evaluations yet")
-    steps = [int(r["step"]) for r in rows]
+    rows = _evaluations(run / "eval.csv")
     tasks = [k for k in rows[0] if k not in ("step", "iqm")]
     fig = Figure(figsize=(6.4, 3.8), dpi=110)
     ax = fig.subplots()
-    ax.plot(steps, [float(r["iqm"]) for r in rows], "k-o", lw=2, ms=3, label="IQM (all tasks)")
+    steps = [r["step"] for r in rows]
+    ax.plot(steps, [r["iqm"] for r in rows], "k-o", lw=2, ms=3, label="IQM (all tasks)")
     for task in tasks:
-        ax.plot(steps, [float(r[task]) for r in rows], lw=1, alpha=0.8, label=task)
-    best = max(rows, key=lambda r: float(r["iqm"]))
-    ax.axvline(int(best["step"]), color="grey", ls=":", lw=1)
+        ax.plot(steps, [r[task] for r in rows], lw=1, alpha=0.8, label=task)
+    best = max(rows, key=lambda r: r["iqm"])
+    ax.axvline(best["step"], color="grey", ls=":", lw=1)
     ax.set_xlabel("updates")
     ax.set_ylabel("zero-shot return")
-    at = f"best IQM {float(best['iqm']):.0f} at {int(best['step']):,}"
+    at = f"best IQM {best['iqm']:.0f} at {int(best['step']):,}"
     default = f"FB pretraining: {run.name} ({at})"
     ax.set_title(title or default, fontsize=10)
     ax.legend(fontsize=7, ncol=2)
     return _save(fig, ax, out)
+
+
+def _evaluations(path: Path) -> list[dict[str, float]]:
+    """A pretraining run's eval.csv as numbers, each finite, or a one-line refusal."""
+    if not path.is_file():
+        raise ConfigError(f"{path.parent}: no eval.csv (a pretraining run writes it)")
+    with open(path, newline="") as f:
+        records = list(csv.DictReader(f))
+    if not records:
+        raise ConfigError(f"{path}: no evaluations yet")
+    rows = []
+    for i, record in enumerate(records, 2):  # line 1 is the header
+        try:
+            row = {k: float(v) for k, v in record.items()}
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"{path}: line {i} is not numbers ({e})") from None
+        if not all(math.isfinite(v) for v in row.values()):
+            raise ConfigError(f"{path}: line {i} holds NaN or infinity")
+        rows.append(row)
+    return rows
 
 
 def plot_sweep(rows: list[SweepRow], title: str, xlabel: str, out: Path) -> Path:
