@@ -101,6 +101,9 @@ def test_resume_equals_uninterrupted(dataset: Path, tmp_path: Path) -> None:
     # A run also evaluates at its last step, so the 50-step run left its row.
     steps = [r["step"] for r in _csv(parts / "eval.csv")]
     assert steps == ["40", "50", "80", "100"]
+    # Cut back, a finished run would say "finished" at its 100 updates: refused.
+    with pytest.raises(ConfigError, match=r"has trained 100 updates, more than 60 \(valid: 100"):
+        pretrain(_cfg(dataset, tmp_path / "parts", 60), progress=False)
 
 
 # The second case also carries the learning-rate schedule and the averaged weights
@@ -416,3 +419,18 @@ def test_a_cuda_graph_run_trains_resumes_and_extends(dataset: Path, tmp_path: Pa
     rows = _csv(run / "train.csv")
     assert rows[-1]["step"] == "60" and all(np.isfinite(float(r["fb_diag"])) for r in rows)
     assert torch.load(run / "resume.pt", weights_only=True)["cuda_graph"] is True
+
+
+def test_more_transitions_than_the_dataset_holds_are_refused(dataset: Path, tmp_path: Path) -> None:
+    """A subsample of the data: asking for more was trained on all of it, said nowhere."""
+    from dataclasses import replace
+
+    from rbfm.data import load_dataset
+
+    n = len(load_dataset(str(dataset)))
+    cfg = replace(_cfg(dataset, tmp_path / "run", 5), transitions=n + 1)
+    with pytest.raises(
+        ConfigError, match=rf"transitions: {n + 1} is out of range \(valid: 1 to {n},"
+    ):
+        pretrain(cfg, progress=False)
+    assert not (tmp_path / "run").exists()

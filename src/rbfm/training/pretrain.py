@@ -333,6 +333,11 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
     _warn_slow_bf16(fb.bf16, device)
     ds = load_dataset(cfg.dataset, cfg.domain)
     domain = ds.domain.name
+    if cfg.transitions is not None and cfg.transitions > len(ds):  # a subsample of it
+        raise ConfigError(
+            f"transitions: {cfg.transitions} is out of range (valid: 1 to {len(ds)}, the "
+            f"transitions of {cfg.dataset})"
+        )
     m = min(cfg.transitions or 1_000_000, len(ds))
     run = Path(cfg.out)
     run.mkdir(parents=True, exist_ok=True)
@@ -349,6 +354,11 @@ def pretrain(cfg: PretrainConfig, progress: bool = True) -> Path:
     trainer = FBTrainer(model, cfg.seed, compile=cfg.compile, cuda_graph=cfg.cuda_graph)
     resume = run / "resume.pt"
     step, best, elapsed = _resume(resume, model, trainer, cfg, device)
+    if step > fb.steps:  # a run is extended, never cut back: its files are past the cap
+        raise ConfigError(
+            f"steps: {run} has trained {step} updates, more than {fb.steps} (valid: {step} "
+            "or more, to go on; its best model so far is its best.json)"
+        )
     clock = _Clock(elapsed)
     logs = _Logs(run, list(labelled[1]), step)
     described = _description(cfg, ds, m)
