@@ -1195,3 +1195,13 @@ def test_command_line_overrides_take_the_specs_first_seeds_and_skip_stepless_met
     stepped = {m.name: m.overrides.get("steps") for m in with_overrides(spec, steps=5).methods}
     assert stepped["fbil"] == 5 and stepped["er"] is None and stepped["goal"] is None
     plan(with_overrides(spec, steps=5))  # er's config has no steps: no refusal
+
+
+def test_spec_entries_that_would_do_nothing_or_name_a_path_are_refused(checkpoint: str) -> None:
+    data = smoke_dict(checkpoint)
+    data["models"][0]["dataset"] = "../x"
+    with pytest.raises(ConfigError, match=r"models\[0\]\.dataset: '\.\./x' must be letters"):
+        plan(from_dict(data))
+    data = smoke_dict(checkpoint, adapt=[{"budget": 4, "states": 2, "methods": ["er"]}])
+    with pytest.raises(ConfigError, match=r"adapt\[0\]\.methods: 'er' is not among the spec's"):
+        plan(from_dict(data))

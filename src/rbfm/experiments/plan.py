@@ -193,6 +193,16 @@ def _model(entry: ModelEntry, index: int, pins: dict[str, str]) -> Model:
         raise ConfigError(
             f"{where}.domain: unknown domain {entry.domain!r}; valid: {', '.join(DOMAINS)}"
         )
+    # The label names files (figures per model's data) and groups results: a name.
+    label = entry.dataset
+    if (
+        not isinstance(label, str)
+        or not label.strip(".")
+        or not all(c.isalnum() or c in "-_." for c in label)
+    ):
+        raise ConfigError(
+            f"{where}.dataset: {label!r} must be letters, digits, '-', '_' or '.' (a data label)"
+        )
     if entry.checkpoint == "shipped":
         stem = shipped_model(entry.domain, entry.dataset)
         if stem is None:
@@ -482,12 +492,21 @@ def plan(spec: ExperimentSpec) -> Plan:
         _adapt_config(a, f"adapt[{j}]", {m.dataset for m in spec.models})
         for j, a in enumerate(spec.adapt)
     ]
+    inferred = {m.name for m in spec.methods}
+    for j, a in enumerate(spec.adapt):  # a method the spec does not infer: nothing to adapt
+        if missing := [m for m in a.methods if m not in inferred]:
+            raise ConfigError(
+                f"adapt[{j}].methods: {missing[0]!r} is not among the spec's methods "
+                f"({', '.join(sorted(inferred))}); it would adapt nothing"
+            )
     cells = _Cells()
     for model, entry in zip(models, spec.models, strict=True):
         _model_cells(spec, model, entry, adapt_cfgs, cells)
     if not cells.evals:
         raise ConfigError("methods: no method applies to any task and family of the models")
     # Two entries giving identical cells would be computed once and counted twice.
+    if len({d.id for d in cells.demos}) != len(cells.demos):
+        raise ConfigError("experts: two experts of a model give the same demonstrations")
     if len({i.id for i in cells.infers}) != len(cells.infers):
         raise ConfigError("methods: two entries give the same method with the same settings")
     if len({a.id for a in cells.adapts}) != len(cells.adapts):
