@@ -38,3 +38,19 @@ def test_csv_header_from_columns_even_without_rows(tmp_path: Path) -> None:
         assert list(csv.reader(f)) == [["a", "b"], ["1", "2"]]
     atomic_csv(tmp_path / "keys.csv", [{"b": 2, "a": 1}])  # the first row's key order
     assert (tmp_path / "keys.csv").read_text().splitlines()[0] == "b,a"
+
+
+def test_files_get_the_permissions_of_a_plain_file(tmp_path: Path) -> None:
+    """safetensors creates its files 0600: a model saved on a shared machine was unreadable
+    to others beside its 0644 description."""
+    import os
+
+    import torch
+
+    from rbfm.atomic import write_pair
+
+    write_pair(tmp_path / "x", {"a": torch.zeros(2)}, {"k": 1})
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == {"x.safetensors": 0o666 & ~umask, "x.json": 0o666 & ~umask}

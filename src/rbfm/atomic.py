@@ -18,6 +18,10 @@ from rbfm.errors import ConfigError
 # by `.*.part`.
 TMP_SUFFIX = ".part"
 
+# The process's umask, read once (os.umask can only be read by setting it).
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
 # A model, policy or goal sequences is a pair of files named by one stem.
 PAIR = (".json", ".safetensors")
 
@@ -41,6 +45,8 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
     try:
         write(tmp)
+        # A plain file's permissions: some writers (safetensors) create theirs 0600.
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)  # fails where `path` is a folder: the temporary goes too
     except BaseException:
         tmp.unlink(missing_ok=True)  # nothing half-written is left behind
