@@ -211,13 +211,15 @@ def test_rbfm_models_naming_no_folder_is_said_in_the_listing_and_every_no_such_m
 
 
 def _own_folder(tmp_path: Path) -> Path:
-    """A model folder with a good model of the user's and four bad ones: a folder named as a
-    description, a description without a domain, one that is not JSON, one without weights."""
+    """A model folder with a good model of the user's and five bad ones: a folder named as a
+    description, a description without a domain, one that is not JSON, one without weights,
+    a walker named as a cheetah."""
     own = tmp_path / "own"
     own.mkdir()
     for ext in (".json", ".safetensors"):
         shutil.copy(ASSETS / f"walker_aps{ext}", own / f"walker_mine{ext}")
         shutil.copy(ASSETS / f"walker_aps{ext}", own / f"walker_nodomain{ext}")
+        shutil.copy(ASSETS / f"walker_aps{ext}", own / f"cheetah_misnamed{ext}")
     (own / "walker_folder.json").mkdir()
     meta = read_meta("walker:aps")
     del meta["domain"]
@@ -234,13 +236,14 @@ def test_one_bad_description_does_not_break_the_listing(
     assert main(["models"]) == 0
     lines = capsys.readouterr().out.splitlines()
     rows = _cells(lines)
-    assert len(rows) == 31
+    assert len(rows) == 32
     assert (rows["walker:mine"]["where"], rows["walker:mine"]["get it"]) == ("RBFM_MODELS", "-")
     assert (rows["walker:aps"]["where"], rows["walker:aps"]["get it"]) == ("package", "clone")
     assert rows["walker:noweights"]["where"] == "no-weights"
-    for name in ("walker:folder", "walker:nodomain", "walker:garbled"):
+    for name in ("walker:folder", "walker:nodomain", "walker:garbled", "cheetah:misnamed"):
         assert rows[name]["where"] == "broken", name
-    notes = "\n".join(lines[32:])
+    notes = "\n".join(lines[33:])
+    assert re.search(r"cheetah:misnamed is broken: .*a walker model named as cheetah's", notes)
     assert re.search(
         r"walker:folder is broken: .*walker_folder\.json: cannot read it \(Is a directory\)", notes
     )
@@ -248,7 +251,7 @@ def test_one_bad_description_does_not_break_the_listing(
         r"walker:nodomain is broken: .*walker_nodomain\.json: records no domain \(valid: ", notes
     )
     assert re.search(r"walker:garbled is broken: .*walker_garbled\.json: not valid JSON", notes)
-    assert lines[-1] == "27 of 31 installed"
+    assert lines[-1] == "27 of 32 installed"
     rbfm.list_models()
     assert capsys.readouterr().out.splitlines() == lines
     # Loading a broken one is refused in one line, naming its file.

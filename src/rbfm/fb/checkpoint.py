@@ -419,6 +419,13 @@ def read_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(domain, str) or domain not in DOMAINS:
         what = "records no domain" if domain is None else f"records domain {domain!r}"
         raise CheckpointError(f"{meta_path}: {what} (valid: {', '.join(DOMAINS)})")
+    # In a model folder the file's name is the model's (`cheetah_x` loads as cheetah:x).
+    named = stem.name.partition("_")[0]
+    if named != domain and stem.resolve().parent in {f.resolve() for f in model_folders()}:
+        raise CheckpointError(
+            f"{meta_path}: a {domain} model named as {named}'s; a model folder's files are "
+            f"named <domain>_<label> (rename it {domain}_{stem.name.partition('_')[2]})"
+        )
     return meta
 
 
