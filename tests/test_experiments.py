@@ -1205,3 +1205,12 @@ def test_spec_entries_that_would_do_nothing_or_name_a_path_are_refused(checkpoin
     data = smoke_dict(checkpoint, adapt=[{"budget": 4, "states": 2, "methods": ["er"]}])
     with pytest.raises(ConfigError, match=r"adapt\[0\]\.methods: 'er' is not among the spec's"):
         plan(from_dict(data))
+
+
+def test_spec_settings_nothing_would_read_are_refused(checkpoint: str) -> None:
+    data = smoke_dict(checkpoint)
+    data["models"][0]["families"] = ["none"]  # levels 2 as given by the smoke spec
+    with pytest.raises(ConfigError, match=r"models\[0\]\.levels: nominal dynamics only"):
+        plan(from_dict(data))
+    with pytest.raises(ConfigError, match=r"planner_episodes, planner_levels: no expert source"):
+        plan(from_dict(smoke_dict(checkpoint, planner_episodes=7)))

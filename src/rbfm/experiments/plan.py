@@ -282,6 +282,8 @@ def _families(entry: ModelEntry, where: str) -> dict[str, tuple[float | None, ..
     if not entry.families:
         names = valid
     levels = entry.levels
+    if names == (NOMINAL,) and levels != ModelEntry.levels:
+        raise ConfigError(f'{where}.levels: nominal dynamics only (families = ["none"]) has none')
     if isinstance(levels, dict):
         for fam in levels:
             if fam not in names or fam == NOMINAL:
@@ -464,6 +466,9 @@ def _check_counts(spec: ExperimentSpec) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"{name}: {value!r} is out of range (valid: >= {low})")
     planned = "mpc" in spec.experts or any("mpc" in m.experts for m in spec.models)
+    defaults = ExperimentSpec.planner_episodes, ExperimentSpec.planner_levels
+    if not planned and (spec.planner_episodes, spec.planner_levels) != defaults:
+        raise ConfigError('planner_episodes, planner_levels: no expert source is "mpc"')
     if spec.mpc and not planned:
         raise ConfigError('mpc: planner settings are given but no expert source is "mpc"')
     # A model's own expert sources replace the spec's, so each list is checked alike.
