@@ -16,6 +16,23 @@ from rbfm.atomic import PAIR, beside, stem_of
 from rbfm.errors import ConfigError
 
 
+def mujoco_gl() -> str | None:
+    """Why the OpenGL backend that MUJOCO_GL names does not load, or None: MuJoCo loads
+    it when first imported, and every command imports MuJoCo."""
+    try:
+        import mujoco  # noqa: F401
+    except (RuntimeError, AttributeError, ImportError, OSError) as e:
+        backend = os.environ.get("MUJOCO_GL", "")
+        if backend == "disable":  # rbfm's default loads no backend: another failure
+            raise
+        return (
+            f"MuJoCo's OpenGL backend MUJOCO_GL={backend} did not load ({e}): install its "
+            "library (egl: libegl1, osmesa: libosmesa6) or name another; only `rbfm render` "
+            "draws, and picks egl where MUJOCO_GL is unset"
+        )
+    return None
+
+
 def known_fields(cls: type, given: Mapping[str, Any], owner: str) -> None:
     """Refuses fields the dataclass `cls` does not have, naming the valid ones (a bare
     TypeError from its constructor names neither the method nor what it takes)."""

@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import rbfm
+    import rbfm.checks
 
     given = sys.argv[1:] if argv is None else list(argv)
     if given[:1] == ["render"] and rbfm.GL_DEFAULTED:
@@ -57,18 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ["MUJOCO_GL"] = "egl"
     # A library warning on the command line: its text, not the source line that raised it.
     warnings.formatwarning = lambda message, *_, **__: f"rbfm: warning: {message}\n"
-    try:
-        parser = build_parser()  # imports MuJoCo, which loads the backend MUJOCO_GL names
-    except (RuntimeError, AttributeError, ImportError, OSError) as e:
-        if rbfm.GL_DEFAULTED:
-            raise
-        print(
-            f"rbfm: error: MUJOCO_GL={os.environ['MUJOCO_GL']} did not load ({e}); unset it "
-            "(only `rbfm render` draws, and picks EGL itself), or name egl or osmesa with "
-            "its library installed",
-            file=sys.stderr,
-        )
+    if problem := rbfm.checks.mujoco_gl():  # before the parser imports MuJoCo
+        print(f"rbfm: error: {problem}", file=sys.stderr)
         return 2
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:  # bare `rbfm`: the commands and what each does
         parser.print_help()
