@@ -321,3 +321,21 @@ def test_a_folder_from_before_walkers_default_moved_lists_its_walker_rnd_by_path
         next(line for line in out.splitlines() if line.startswith(str(old))),
     )
     assert row_line.index("walker ") == header.index("domain")  # the columns stay aligned
+
+
+def test_a_model_hidden_by_the_packages_of_its_name_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Names are looked up in the package first: a user's own walker_aps never loads."""
+    own = tmp_path / "own"
+    own.mkdir()
+    meta = read_meta("walker:aps")
+    (own / "walker_aps.json").write_text(json.dumps({**meta, "iqm": 1.0}))
+    shutil.copy(ASSETS / "walker_proto.json", own / "walker_proto.json")  # a copy hides nothing
+    monkeypatch.setenv("RBFM_MODELS", str(own))
+    assert main(["models"]) == 0
+    notes = [line for line in capsys.readouterr().out.splitlines() if "is not loaded" in line]
+    assert notes == [
+        "RBFM_MODELS's walker_aps is not loaded: the package's model of that name is (rename "
+        "the file to load it)"
+    ]

@@ -178,6 +178,19 @@ def installed_models() -> dict[str, Path]:
     return found
 
 
+def _hidden() -> list[str]:
+    """The RBFM_MODELS folder's models that the package's of the same file name hide (a
+    copy of the package's own hides nothing)."""
+    folder, _ = _env_folder()
+    if folder is None or folder.resolve() == ASSETS.resolve():
+        return []
+    return [
+        d.stem
+        for d in sorted(folder.glob("*_*.json"))
+        if (ASSETS / d.name).is_file() and (ASSETS / d.name).read_bytes() != d.read_bytes()
+    ]
+
+
 def named_for_weights(sha256: str) -> str | None:
     """The name of the installed model whose weights have this hash: what a file made
     with a model finds it by after its name moved on (`walker` was `walker:rnd-v5`)."""
@@ -340,6 +353,11 @@ def models_table() -> str:
         f"({r.domain}), so it loads by its path"
         for r in rows
         if r.stem is not None and _shadowed(r.file)
+    ]
+    notes += [
+        f"{MODELS_ENV}'s {stem} is not loaded: the package's model of that name is (rename "
+        "the file to load it)"
+        for stem in _hidden()
     ]
     installed = sum(r.installed for r in rows)
     return "\n".join(
