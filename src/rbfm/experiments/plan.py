@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rbfm.checks import SEED_MAX
+from rbfm.checks import seed_option
 from rbfm.envs import DOMAINS, NOMINAL, PERTURBATIONS, TASKS, get_perturbation
 from rbfm.errors import ConfigError, RbfmError
 from rbfm.experiments.certificate import HEAVY, RADII
@@ -442,20 +442,21 @@ def _check_counts(spec: ExperimentSpec) -> None:
     if not spec.seeds or len(set(spec.seeds)) != len(spec.seeds):
         raise ConfigError("seeds: give distinct inference seeds (a list, or a count)")
     for s in spec.seeds:
-        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= SEED_MAX:
-            raise ConfigError(f"seeds: {s!r} is not an integer in [0, {SEED_MAX}]")
-    for name, value, low, high in (
-        ("demos", spec.demos, 1, None),
-        ("num_demos", spec.num_demos, 1, None),
-        ("episodes", spec.episodes, 1, None),
-        ("eval_seed", spec.eval_seed, 0, SEED_MAX),
-        ("demo_seed", spec.demo_seed, 0, SEED_MAX),
-        ("certificate_steps", spec.certificate_steps, 0, None),
+        if isinstance(s, bool) or not isinstance(s, int):
+            raise ConfigError(f"seeds: {s!r} is not an integer")
+        seed_option("seeds", s)
+    for name, value, low in (
+        ("demos", spec.demos, 1),
+        ("num_demos", spec.num_demos, 1),
+        ("episodes", spec.episodes, 1),
+        ("eval_seed", spec.eval_seed, 0),
+        ("demo_seed", spec.demo_seed, 0),
+        ("certificate_steps", spec.certificate_steps, 0),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ConfigError(f"{name}: {value!r} is out of range (valid: >= {low})")
-        if high is not None and value > high:
-            raise ConfigError(f"{name}: {value!r} is out of range (valid: {low} to {high})")
+    seed_option("eval_seed", spec.eval_seed)
+    seed_option("demo_seed", spec.demo_seed)
     for name, flag in (("ceiling", spec.ceiling), ("bf16", spec.bf16)):
         if not isinstance(flag, bool):
             raise ConfigError(f"{name}: {flag!r} is not true or false")

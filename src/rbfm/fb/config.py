@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from rbfm.checks import in_range, positive_ints
+from rbfm.checks import check_flag, in_range, positive_ints
 from rbfm.errors import ConfigError, unknown
 
 
@@ -92,8 +92,7 @@ class FBConfig:
                      "actor_noise_clip"):  # fmt: skip
             in_range(own, name, getattr(self, name), 0)
         for name in ("bf16", "obs_norm"):
-            if not isinstance(getattr(self, name), bool):
-                raise ConfigError(f"{own}.{name}: {getattr(self, name)!r} is not true or false")
+            check_flag(own, name, getattr(self, name))
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from rbfm.checks import check_flag
 from rbfm.data.demos import Demos
 from rbfm.errors import ConfigError
 from rbfm.fb.checkpoint import CheckpointError, installed_models, model_name, read_meta
@@ -42,8 +43,7 @@ class ERConfig:
     whiten: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.whiten, bool):
-            raise ConfigError(f"er.whiten: {self.whiten!r} is not true or false")
+        check_flag("er", "whiten", self.whiten)
 
 
 def infer(
